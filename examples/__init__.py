@@ -1,0 +1,1 @@
+"""Example models used by the demo, the tests and the benchmarks."""
