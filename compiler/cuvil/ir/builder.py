@@ -1,0 +1,33 @@
+"""Appending ops to a block by name: `b.op("cuvil.add", x, y)` returns the result value."""
+from __future__ import annotations
+
+import numpy as np
+
+from .core import OP_REGISTRY, Block, Op, Value
+from .ops.shape import Constant
+
+
+class Builder:
+    def __init__(self, block: Block, loc: str = ""):
+        self.block = block
+        self.loc = loc
+        self.anchor: Op | None = None  # insert before this op; None appends
+        self._const_ids = 0
+
+    def insert(self, op: Op) -> Op:
+        if self.anchor is None:
+            self.block.append(op)
+        else:
+            self.block.insert_before(self.anchor, op)
+        return op
+
+    def op(self, name: str, *operands: Value, **attrs) -> Value:
+        return self.op_multi(name, *operands, **attrs)[0]
+
+    def op_multi(self, name: str, *operands: Value, **attrs) -> list[Value]:
+        op = OP_REGISTRY[name](list(operands), attrs, None, self.loc)
+        return self.insert(op).results
+
+    def constant(self, value, name: str, dtype=None) -> Value:
+        arr = np.asarray(value, dtype=dtype)
+        return self.insert(Constant(arr, name, self.loc)).result

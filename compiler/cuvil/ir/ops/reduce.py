@@ -1,0 +1,52 @@
+"""Reductions over a sorted list of axes, with or without kept dims."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import VerifyError
+from ..core import Op
+from ..types import TensorType
+
+
+class Reduce(Op):
+    num_operands = 1
+    np_fn = None
+
+    @classmethod
+    def infer_types(cls, types, attrs):
+        x = types[0]
+        axes = attrs["axes"]
+        if list(axes) != sorted(set(axes)) or any(not 0 <= a < x.rank for a in axes):
+            raise VerifyError(f"{cls.name}: axes {axes} must be sorted, unique and in range for {x}")
+        if attrs["keepdims"]:
+            shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        else:
+            shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+        return [TensorType(shape, x.dtype)]
+
+    @classmethod
+    def reference(cls, args, attrs):
+        x = args[0]
+        src = x.astype(np.float64) if x.dtype.kind == "f" else x
+        out = cls.np_fn(src, axis=tuple(attrs["axes"]), keepdims=attrs["keepdims"])
+        return [np.asarray(out).astype(x.dtype)]
+
+
+class ReduceSum(Reduce):
+    name = "cuvil.reduce_sum"
+    np_fn = staticmethod(np.sum)
+
+
+class ReduceMean(Reduce):
+    name = "cuvil.reduce_mean"
+    np_fn = staticmethod(np.mean)
+
+
+class ReduceMax(Reduce):
+    name = "cuvil.reduce_max"
+    np_fn = staticmethod(np.max)
+
+
+class ReduceMin(Reduce):
+    name = "cuvil.reduce_min"
+    np_fn = staticmethod(np.min)

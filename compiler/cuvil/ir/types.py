@@ -1,0 +1,134 @@
+"""Tensor types: a shape of ints and named symbolic dims, a dtype and a layout."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from ..errors import ParseError
+
+# Cuvil dtype name -> NumPy dtype.
+DTYPES: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "f64": np.dtype(np.float64),
+    "i64": np.dtype(np.int64),
+    "i32": np.dtype(np.int32),
+    "i8": np.dtype(np.int8),
+    "u8": np.dtype(np.uint8),
+    "bool": np.dtype(np.bool_),
+}
+FLOAT_DTYPES = frozenset({"f32", "f16", "f64"})
+INT_DTYPES = frozenset({"i64", "i32", "i8", "u8"})
+
+Dim = int | str
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def dtype_of(array: np.ndarray) -> str:
+    """The Cuvil dtype name of a NumPy array."""
+    for name, dt in DTYPES.items():
+        if array.dtype == dt:
+            return name
+    raise TypeError(f"unsupported array dtype {array.dtype}")
+
+
+def to_numpy_dtype(name: str) -> np.dtype:
+    return DTYPES[name]
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """The type of a tensor value. `layout` is "" for row-major (the frontends' own layout)."""
+
+    shape: tuple[Dim, ...]
+    dtype: str = "f32"
+    layout: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) if not isinstance(d, str) else d for d in self.shape))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}")
+        for d in self.shape:
+            if isinstance(d, str):
+                if not _SYMBOL.match(d):
+                    raise ValueError(f"bad symbolic dim {d!r}")
+            elif d < 0:
+                raise ValueError(f"negative dim {d}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def numel(self) -> int:
+        if not self.is_static:
+            raise ValueError(f"{self} has symbolic dims")
+        return prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype].itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return DTYPES[self.dtype]
+
+    def with_shape(self, shape) -> "TensorType":
+        return TensorType(tuple(shape), self.dtype, self.layout)
+
+    def with_dtype(self, dtype: str) -> "TensorType":
+        return TensorType(self.shape, dtype, self.layout)
+
+    @staticmethod
+    def of(array: np.ndarray) -> "TensorType":
+        return TensorType(tuple(array.shape), dtype_of(array))
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        tail = f", {self.layout}" if self.layout else ""
+        return f"tensor<[{dims}], {self.dtype}{tail}>"
+
+    @staticmethod
+    def parse(text: str) -> "TensorType":
+        m = re.fullmatch(r"tensor<\[([^\]]*)\],\s*(\w+)(?:,\s*(\w+))?>", text.strip())
+        if not m:
+            raise ParseError(f"bad tensor type {text!r}")
+        dims: list[Dim] = []
+        for part in filter(None, (p.strip() for p in m.group(1).split(","))):
+            dims.append(int(part) if part.lstrip("-").isdigit() else part)
+        try:
+            return TensorType(tuple(dims), m.group(2), m.group(3) or "")
+        except ValueError as e:
+            raise ParseError(f"bad tensor type {text!r}: {e}") from None
+
+
+def broadcast_shapes(*shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """NumPy broadcasting over int and symbolic dims; raises ValueError if incompatible."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for i in range(rank):
+        dim: Dim = 1
+        for s in shapes:
+            k = i - (rank - len(s))
+            if k < 0:
+                continue
+            d = s[k]
+            if d == 1:
+                continue
+            if dim == 1:
+                dim = d
+            elif dim != d:
+                raise ValueError(f"shapes {', '.join(map(str, shapes))} do not broadcast")
+        out.append(dim)
+    return tuple(out)
