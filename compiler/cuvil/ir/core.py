@@ -161,6 +161,7 @@ class Function:
         self.input_names = list(input_names)
         self.output_names = list(output_names)
         self.body = Block(input_types)
+        self.attrs: dict = {}  # e.g. arena_size, set by memory planning
 
     @property
     def args(self) -> list[Value]:

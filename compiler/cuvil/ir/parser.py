@@ -15,7 +15,7 @@ from .types import TensorType
 _TYPE = r"tensor<\[[^\]]*\],\s*\w+(?:,\s*\w+)?>"
 _TOKEN = re.compile(r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>-?(?:inf|\d[\w.+-]*))'
                     r'|(?P<word>[A-Za-z_][\w.]*)|(?P<punct>[{}\[\],=]))')
-_FUNC = re.compile(r"func @(\w+)\((.*)\) -> \((.*)\) \{\Z")
+_FUNC = re.compile(r"func @(\w+)\((.*)\) -> \((.*?)\)(?: attributes (\{.*\}))? \{\Z")
 _ARG = re.compile(rf'(%\d+): ({_TYPE}) ("(?:[^"\\]|\\.)*")')
 _OP = re.compile(rf'(?:(?P<res>%\d+(?:, %\d+)*) = )?(?P<name>[\w.]+)\((?P<args>[^)]*)\)'
                  rf'(?: (?P<attrs>\{{.*\}}) : (?P<types>{_TYPE}(?:, {_TYPE})*)'
@@ -128,6 +128,8 @@ def parse_module(text: str, weights: dict[str, np.ndarray] | None = None) -> Mod
             fn = Function(m.group(1), [json.loads(a.group(3)) for a in args],
                           [TensorType.parse(a.group(2)) for a in args], outs)
             values = {a.group(1): v for a, v in zip(args, fn.args)}
+            if m.group(4):
+                fn.attrs = parse_attrs(m.group(4), lineno)
             continue
         if line == "}":
             module.add(fn)

@@ -50,7 +50,8 @@ def print_function(fn: Function) -> str:
 
     args = ", ".join(f"{name(a)}: {a.type} {json.dumps(n)}" for a, n in zip(fn.args, fn.input_names))
     outs = ", ".join(json.dumps(n) for n in fn.output_names)
-    lines = [f"func @{fn.name}({args}) -> ({outs}) {{"]
+    fattrs = f" attributes {format_attrs(fn.attrs)}" if fn.attrs else ""
+    lines = [f"func @{fn.name}({args}) -> ({outs}){fattrs} {{"]
     for op in fn.body.ops:
         operands = ", ".join(name(v) for v in op.operands)
         if op.name == "cuvil.return":

@@ -54,6 +54,8 @@ _UNARY_FNS = {
     "log": np.log,
     "erf": _erf,
     "reciprocal": lambda x: 1.0 / x,
+    "elu": lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0.0))),
+    "leaky_relu": lambda x, slope=0.01: np.where(x > 0, x, x * slope),
 }
 
 _BINARY_FNS = {

@@ -1,0 +1,608 @@
+"""Handlers lowering ATen ops to Cuvil IR, keyed by schema name ('aten::conv2d').
+
+Each handler takes the Lowering state and the node's arguments bound to schema names,
+and returns a Value (or a list of Values for multi-output ops).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import UnsupportedOpError
+from ..ir import Value
+from ..ir.types import FLOAT_DTYPES
+
+HANDLERS: dict = {}
+
+
+def handles(*names):
+    def deco(fn):
+        for n in names:
+            HANDLERS[n if "::" in n or n == "getitem" else f"aten::{n}"] = fn
+        return fn
+    return deco
+
+
+def _norm_dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _pair(v, n=2):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v
+
+
+# -- elementwise ------------------------------------------------------------------------
+def _operand(low, x, dtype: str) -> Value:
+    if isinstance(x, Value):
+        return low.cast(x, dtype)
+    return low.const(np.asarray(x), dtype=dtype)
+
+
+def _compute_dtype(low, *xs) -> str:
+    tensors = [x for x in xs if isinstance(x, Value)]
+    floats = [t.dtype for t in tensors if t.dtype in FLOAT_DTYPES]
+    if floats:
+        return floats[0]
+    if any(isinstance(x, float) for x in xs):
+        return "f32"
+    if tensors:
+        ints = [t.dtype for t in tensors if t.dtype != "bool"]
+        return ints[0] if ints else "bool"
+    return low.meta_type().dtype
+
+
+def _binary(opname: str):
+    def handler(low, a):
+        x, y = a["self"], a["other"] if "other" in a else a.get("exponent")
+        dtype = low.meta_type().dtype
+        alpha = a.get("alpha", 1)
+        if alpha not in (None, 1):
+            y = low.op("cuvil.mul", _operand(low, y, dtype), _operand(low, alpha, dtype))
+        return low.op(opname, _operand(low, x, dtype), _operand(low, y, dtype))
+    return handler
+
+
+for _n, _op in [("add", "add"), ("add_", "add"), ("sub", "sub"), ("sub_", "sub"), ("mul", "mul"),
+                ("mul_", "mul"), ("pow", "pow"), ("maximum", "maximum"), ("minimum", "minimum")]:
+    handles(_n)(_binary(f"cuvil.{_op}"))
+
+
+@handles("div", "div_")
+def _div(low, a):
+    mode = a.get("rounding_mode")
+    dtype = low.meta_type().dtype
+    x, y = a["self"], a["other"]
+    cdt = dtype if dtype in FLOAT_DTYPES else "f32"
+    q = low.op("cuvil.div", _operand(low, x, cdt), _operand(low, y, cdt))
+    if mode is None:
+        return q
+    if mode == "trunc":
+        return low.cast(low.cast(q, "i64"), dtype)
+    raise UnsupportedOpError(f"div rounding_mode={mode!r} is not supported")
+
+
+@handles("rsub")
+def _rsub(low, a):
+    dtype = low.meta_type().dtype
+    y = _operand(low, a["self"], dtype)
+    if a.get("alpha", 1) != 1:
+        y = low.op("cuvil.mul", y, _operand(low, a["alpha"], dtype))
+    return low.op("cuvil.sub", _operand(low, a["other"], dtype), y)
+
+
+def _compare(opname):
+    def handler(low, a):
+        x, y = a["self"], a["other"]
+        dtype = _compute_dtype(low, x, y)
+        return low.op(opname, _operand(low, x, dtype), _operand(low, y, dtype))
+    return handler
+
+
+for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
+    handles(_n)(_compare(f"cuvil.{_n}"))
+
+
+def _unary(opname, **fixed):
+    def handler(low, a):
+        x = a["self"] if "self" in a else a["input"]
+        dtype = low.meta_type().dtype
+        return low.op(opname, low.cast(x, dtype), **fixed)
+    return handler
+
+
+for _n, _op in [("relu", "relu"), ("relu_", "relu"), ("sigmoid", "sigmoid"), ("sigmoid_", "sigmoid"),
+                ("tanh", "tanh"), ("tanh_", "tanh"), ("silu", "silu"), ("silu_", "silu"),
+                ("hardswish", "hardswish"), ("hardswish_", "hardswish"), ("hardsigmoid", "hardsigmoid"),
+                ("hardsigmoid_", "hardsigmoid"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"), ("exp", "exp"),
+                ("log", "log"), ("neg", "neg"), ("abs", "abs"), ("erf", "erf"), ("reciprocal", "reciprocal")]:
+    handles(_n)(_unary(f"cuvil.{_op}"))
+
+
+@handles("relu6")
+def _relu6(low, a):
+    return low.op("cuvil.clamp", a["self"], min=0.0, max=6.0)
+
+
+@handles("hardtanh", "hardtanh_")
+def _hardtanh(low, a):
+    return low.op("cuvil.clamp", a["self"], min=float(a["min_val"]), max=float(a["max_val"]))
+
+
+@handles("clamp", "clamp_", "clamp_min", "clamp_max")
+def _clamp(low, a):
+    x = a["self"]
+    lo, hi = a.get("min"), a.get("max")
+    if isinstance(lo, Value) or isinstance(hi, Value):
+        dtype = x.dtype
+        if lo is not None:
+            x = low.op("cuvil.maximum", x, _operand(low, lo, dtype))
+        if hi is not None:
+            x = low.op("cuvil.minimum", x, _operand(low, hi, dtype))
+        return x
+    cast = float if x.dtype in FLOAT_DTYPES else int
+    return low.op("cuvil.clamp", x, min=None if lo is None else cast(lo), max=None if hi is None else cast(hi))
+
+
+@handles("gelu", "gelu_")
+def _gelu(low, a):
+    return low.op("cuvil.gelu", a["self"], approximate=a.get("approximate") or "none")
+
+
+@handles("leaky_relu", "leaky_relu_")
+def _leaky_relu(low, a):
+    return low.op("cuvil.leaky_relu", a["self"], slope=float(a.get("negative_slope", 0.01)))
+
+
+@handles("elu", "elu_")
+def _elu(low, a):
+    if a.get("scale", 1) != 1 or a.get("input_scale", 1) != 1:
+        raise UnsupportedOpError("elu with scale/input_scale (selu) is not supported")
+    return low.op("cuvil.elu", a["self"], alpha=float(a.get("alpha", 1.0)))
+
+
+@handles("where")
+def _where(low, a):
+    dtype = low.meta_type().dtype
+    return low.op("cuvil.where", low.cast(a["condition"], "bool"), _operand(low, a["self"], dtype),
+                  _operand(low, a["other"], dtype))
+
+
+@handles("masked_fill", "masked_fill_")
+def _masked_fill(low, a):
+    x = a["self"]
+    return low.op("cuvil.where", low.cast(a["mask"], "bool"), _operand(low, a["value"], x.dtype), x)
+
+
+@handles("logical_not")
+def _logical_not(low, a):
+    return low.op("cuvil.eq", low.cast(a["self"], "bool"), low.const(False, "bool"))
+
+
+@handles("to", "_to_copy", "type_as")
+def _to(low, a):
+    return low.cast(a["self"], low.meta_type().dtype)
+
+
+@handles("contiguous", "clone", "alias", "detach", "detach_", "lift_fresh_copy", "dropout", "dropout_",
+         "feature_dropout", "alpha_dropout")
+def _identity(low, a):
+    x = a.get("self", a.get("input"))
+    return x
+
+
+@handles("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
+def _noop(low, a):
+    return None
+
+
+@handles("zeros_like", "ones_like", "full_like", "zeros", "ones", "full", "arange", "scalar_tensor",
+         "new_zeros", "new_ones", "new_full", "empty_like")
+def _creation(low, a):
+    """Creation ops with static shapes: evaluate with torch at capture time."""
+    import torch
+    node = low.node
+    args = [a for a in node.args]
+    kwargs = dict(node.kwargs)
+    name = node.target._schema.name
+    if name.endswith("_like") or name.startswith("aten::new_"):
+        t = low.meta_type()
+        fill = {"aten::zeros_like": 0, "aten::ones_like": 1, "aten::empty_like": 0, "aten::new_zeros": 0,
+                "aten::new_ones": 1}.get(name)
+        if fill is None:
+            fill = a["fill_value"]
+        return low.const(np.full(t.shape, fill, dtype=t.np_dtype))
+    kwargs.pop("device", None)
+    kwargs.pop("pin_memory", None)
+    return low.const(node.target(*args, **kwargs).numpy().copy())
+
+
+# -- matmul family ----------------------------------------------------------------------
+def _transpose_last(low, w: Value) -> Value:
+    perm = list(range(w.type.rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return low.op("cuvil.transpose", w, perm=perm)
+
+
+def _matmul(low, x: Value, y: Value) -> Value:
+    """torch.matmul semantics incl. 1-D operands."""
+    out_shape = list(low.meta_type().shape)
+    xs = x if x.type.rank >= 2 else low.reshape(x, [1, x.shape[0]])
+    ys = y if y.type.rank >= 2 else low.reshape(y, [y.shape[0], 1])
+    r = low.op("cuvil.matmul", xs, ys)
+    return low.reshape(r, out_shape)
+
+
+@handles("matmul", "mm", "bmm")
+def _mm(low, a):
+    return _matmul(low, a["self"], a["other"] if "other" in a else a["mat2"])
+
+
+@handles("linear")
+def _linear(low, a):
+    x, w, b = a["input"], a["weight"], a["bias"]
+    y = _matmul(low, x, _transpose_last(low, w))
+    return y if b is None else low.op("cuvil.add", y, b)
+
+
+@handles("addmm")
+def _addmm(low, a):
+    y = low.op("cuvil.matmul", a["mat1"], a["mat2"])
+    beta, alpha = a.get("beta", 1), a.get("alpha", 1)
+    if alpha != 1:
+        y = low.op("cuvil.mul", y, low.const(float(alpha), y.dtype))
+    bias = a["self"]
+    if beta != 1:
+        bias = low.op("cuvil.mul", bias, low.const(float(beta), y.dtype))
+    return low.op("cuvil.add", y, bias)
+
+
+@handles("t", "numpy_T")
+def _t(low, a):
+    x = a["self"]
+    return x if x.type.rank < 2 else _transpose_last(low, x)
+
+
+# -- convolution ------------------------------------------------------------------------
+def _conv(low, x, w, b, stride, padding, dilation, groups):
+    nd = w.type.rank - 2
+    if nd == 1:  # conv1d as a conv2d with height 1
+        x = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
+        w = low.reshape(w, [w.shape[0], w.shape[1], 1, w.shape[2]])
+        stride, dilation = [1, *_pair(stride, 1)], [1, *_pair(dilation, 1)]
+        padding = padding if isinstance(padding, str) else [0, *_pair(padding, 1)]
+    elif nd != 2:
+        raise UnsupportedOpError(f"conv{nd}d is not supported (conv1d and conv2d are)")
+    stride, dilation = _pair(stride), _pair(dilation)
+    kh, kw = w.shape[2], w.shape[3]
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = [0, 0, 0, 0]
+        else:  # "same" (stride 1): extra padding goes at the end, as torch does
+            th, tw = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
+            pads = [th // 2, tw // 2, th - th // 2, tw - tw // 2]
+    else:
+        ph, pw = _pair(padding)
+        pads = [ph, pw, ph, pw]
+    y = low.op("cuvil.conv2d", low.cast(x, w.dtype), w, stride=stride, dilation=dilation, pads=pads,
+               groups=int(groups))
+    if b is not None:
+        y = low.op("cuvil.add", y, low.reshape(b, [1, b.shape[0], 1, 1]))
+    if nd == 1:
+        y = low.reshape(y, [y.shape[0], y.shape[1], y.shape[3]])
+    return y
+
+
+@handles("conv2d", "conv1d")
+def _conv2d(low, a):
+    return _conv(low, a["input"], a["weight"], a["bias"], a["stride"], a["padding"], a["dilation"], a["groups"])
+
+
+@handles("convolution", "_convolution")
+def _convolution(low, a):
+    if a["transposed"]:
+        raise UnsupportedOpError("transposed convolution is not supported")
+    return _conv(low, a["input"], a["weight"], a["bias"], a["stride"], a["padding"], a["dilation"], a["groups"])
+
+
+# -- normalisation ------------------------------------------------------------------------
+def _bn_params(low, x, w, b, mean, var):
+    c = x.shape[1]
+    w = w if w is not None else low.const(np.ones(c, np.float32))
+    b = b if b is not None else low.const(np.zeros(c, np.float32))
+    return mean, var, w, b
+
+
+@handles("batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm",
+         "_native_batch_norm_legit")
+def _batch_norm(low, a):
+    x = a["input"]
+    if a.get("training") and low.node.target._schema.name != "aten::_native_batch_norm_legit_no_training":
+        raise UnsupportedOpError("batch norm in training mode: call model.eval() before compiling")
+    mean, var, w, b = _bn_params(low, x, a["weight"], a["bias"], a["running_mean"], a["running_var"])
+    y = low.op("cuvil.batch_norm", x, mean, var, w, b, eps=float(a["eps"]))
+    if low.node.target._schema.name == "aten::batch_norm":
+        return y
+    return [y, None, None]
+
+
+@handles("layer_norm", "native_layer_norm")
+def _layer_norm(low, a):
+    x = a["input"]
+    k = len(a["normalized_shape"])
+    params = [p for p in (a["weight"], a["bias"]) if p is not None]
+    if a["weight"] is None and a["bias"] is not None:
+        params = [low.const(np.ones(x.shape[-k:], np.float32)), a["bias"]]
+    y = low.op("cuvil.layer_norm", x, *params, num_axes=k, eps=float(a["eps"]))
+    return y if low.node.target._schema.name == "aten::layer_norm" else [y, None, None]
+
+
+# -- pooling ----------------------------------------------------------------------------
+@handles("max_pool2d", "max_pool2d_with_indices")
+def _max_pool2d(low, a):
+    k = _pair(a["kernel_size"])
+    s = _pair(a["stride"]) if a["stride"] else k
+    ph, pw = _pair(a["padding"])
+    y = low.op("cuvil.max_pool2d", a["self"], kernel=k, stride=s, pads=[ph, pw, ph, pw],
+               dilation=_pair(a["dilation"]), ceil_mode=bool(a["ceil_mode"]))
+    return y if low.node.target._schema.name == "aten::max_pool2d" else [y, None]
+
+
+@handles("avg_pool2d")
+def _avg_pool2d(low, a):
+    k = _pair(a["kernel_size"])
+    s = _pair(a["stride"]) if a["stride"] else k
+    ph, pw = _pair(a["padding"])
+    return low.op("cuvil.avg_pool2d", a["self"], kernel=k, stride=s, pads=[ph, pw, ph, pw],
+                  ceil_mode=bool(a["ceil_mode"]), count_include_pad=bool(a["count_include_pad"]),
+                  divisor=int(a["divisor_override"] or 0))
+
+
+@handles("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(low, a):
+    t = low.meta_type()
+    return low.op("cuvil.adaptive_avg_pool2d", a["self"], size=list(t.shape[2:]))
+
+
+@handles("adaptive_avg_pool1d")
+def _adaptive_avg_pool1d(low, a):
+    x = a["self"]
+    x4 = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
+    y = low.op("cuvil.adaptive_avg_pool2d", x4, size=[1, int(_pair(a["output_size"], 1)[0])])
+    return low.reshape(y, low.meta_type().shape)
+
+
+# -- reductions and softmax -----------------------------------------------------------------
+def _axes(dims, rank):
+    if dims is None or dims == []:
+        return list(range(rank))
+    dims = dims if isinstance(dims, (list, tuple)) else [dims]
+    return sorted({_norm_dim(d, rank) for d in dims})
+
+
+def _reduce(opname):
+    def handler(low, a):
+        x = a["self"]
+        dtype = low.meta_type().dtype
+        x = low.cast(x, dtype)
+        keep = bool(a.get("keepdim", False))
+        return low.op(opname, x, axes=_axes(a.get("dim"), x.type.rank), keepdims=keep)
+    return handler
+
+
+handles("mean")(_reduce("cuvil.reduce_mean"))
+handles("sum")(_reduce("cuvil.reduce_sum"))
+handles("amax")(_reduce("cuvil.reduce_max"))
+handles("amin")(_reduce("cuvil.reduce_min"))
+
+
+def _softmax(opname):
+    def handler(low, a):
+        x = low.cast(a["self"], low.meta_type().dtype)
+        return low.op(opname, x, axis=_norm_dim(a["dim"], x.type.rank))
+    return handler
+
+
+handles("softmax", "_softmax")(_softmax("cuvil.softmax"))
+handles("log_softmax", "_log_softmax")(_softmax("cuvil.log_softmax"))
+
+
+# -- shape ops ------------------------------------------------------------------------
+@handles("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze",
+         "squeeze_", "unsqueeze_", "view_as", "reshape_as")
+def _reshape(low, a):
+    return low.reshape(a["self"], low.meta_type().shape)
+
+
+@handles("expand", "expand_as", "broadcast_to")
+def _expand(low, a):
+    x, shape = a["self"], list(low.meta_type().shape)
+    if list(x.shape) == shape:
+        return x
+    if x.type.rank < len(shape):
+        x = low.reshape(x, [1] * (len(shape) - x.type.rank) + list(x.shape))
+    return low.op("cuvil.broadcast_to", x, shape=shape)
+
+
+@handles("permute")
+def _permute(low, a):
+    x = a["self"]
+    perm = [_norm_dim(d, x.type.rank) for d in a["dims"]]
+    return x if perm == sorted(perm) else low.op("cuvil.transpose", x, perm=perm)
+
+
+@handles("transpose", "swapaxes")
+def _transpose(low, a):
+    x = a["self"]
+    d0, d1 = (_norm_dim(a[k], x.type.rank) for k in (("dim0", "dim1") if "dim0" in a else ("axis0", "axis1")))
+    if d0 == d1:
+        return x
+    perm = list(range(x.type.rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return low.op("cuvil.transpose", x, perm=perm)
+
+
+@handles("cat", "concat", "concatenate")
+def _cat(low, a):
+    ts = [t for t in a["tensors"] if not (t.type.rank == 1 and t.shape[0] == 0)]
+    dtype = low.meta_type().dtype
+    ts = [low.cast(t, dtype) for t in ts]
+    if len(ts) == 1:
+        return ts[0]
+    return low.op("cuvil.concat", *ts, axis=_norm_dim(a["dim"], ts[0].type.rank))
+
+
+def _slice(low, x: Value, dim: int, start: int, end: int, step: int) -> Value:
+    n = x.shape[dim]
+    start, end, step = slice(start, end, step).indices(n)
+    if step < 1:
+        raise UnsupportedOpError("slices with a negative step are not supported")
+    end = max(end, start)
+    if (start, end, step) == (0, n, 1):
+        return x
+    starts, ends, steps = [0] * x.type.rank, list(x.shape), [1] * x.type.rank
+    starts[dim], ends[dim], steps[dim] = start, end, step
+    return low.op("cuvil.slice", x, starts=starts, ends=ends, steps=steps)
+
+
+@handles("slice")
+def _slice_h(low, a):
+    x = a["self"]
+    dim = _norm_dim(a["dim"], x.type.rank)
+    return _slice(low, x, dim, a["start"], a["end"], a["step"] or 1)
+
+
+@handles("select")
+def _select(low, a):
+    x = a["self"]
+    dim = _norm_dim(a["dim"], x.type.rank)
+    i = a["index"] + x.shape[dim] if a["index"] < 0 else a["index"]
+    return low.reshape(_slice(low, x, dim, i, i + 1, 1), low.meta_type().shape)
+
+
+@handles("narrow")
+def _narrow(low, a):
+    x = a["self"]
+    dim = _norm_dim(a["dim"], x.type.rank)
+    return _slice(low, x, dim, a["start"], a["start"] + a["length"], 1)
+
+
+def _split_at(low, x, dim, sizes):
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(_slice(low, x, dim, start, start + s, 1))
+        start += s
+    return outs
+
+
+@handles("split", "split_with_sizes")
+def _split(low, a):
+    x = a["self"]
+    dim = _norm_dim(a["dim"], x.type.rank)
+    n = x.shape[dim]
+    size = a["split_size"] if "split_size" in a else a["split_sizes"]
+    sizes = size if isinstance(size, (list, tuple)) else [min(size, n - i) for i in range(0, n, size)]
+    return _split_at(low, x, dim, sizes)
+
+
+@handles("chunk")
+def _chunk(low, a):
+    x = a["self"]
+    dim = _norm_dim(a["dim"], x.type.rank)
+    n = x.shape[dim]
+    size = -(-n // a["chunks"])
+    return _split_at(low, x, dim, [min(size, n - i) for i in range(0, n, size)])
+
+
+@handles("unbind")
+def _unbind(low, a):
+    x = a["self"]
+    dim = _norm_dim(a["dim"], x.type.rank)
+    shape = [d for i, d in enumerate(x.shape) if i != dim]
+    return [low.reshape(s, shape) for s in _split_at(low, x, dim, [1] * x.shape[dim])]
+
+
+@handles("getitem")
+def _getitem(low, a):
+    seq, i = a["args"]
+    return seq[i]
+
+
+@handles("pad", "constant_pad_nd")
+def _pad(low, a):
+    x = a["self"] if "self" in a else a["input"]
+    mode = a.get("mode", "constant")
+    if mode != "constant":
+        raise UnsupportedOpError(f"pad mode {mode!r} is not supported (only 'constant')")
+    flat = list(a["pad"])
+    pads = [[0, 0] for _ in range(x.type.rank)]
+    for i in range(len(flat) // 2):  # torch lists the last dim first
+        pads[x.type.rank - 1 - i] = [flat[2 * i], flat[2 * i + 1]]
+    value = float(a.get("value") or 0.0)
+    # Negative padding crops.
+    for d, (lo, hi) in enumerate(pads):
+        if lo < 0 or hi < 0:
+            x = _slice(low, x, d, max(-lo, 0), x.shape[d] - max(-hi, 0), 1)
+            pads[d] = [max(lo, 0), max(hi, 0)]
+    if all(p == [0, 0] for p in pads):
+        return x
+    return low.op("cuvil.pad", x, pads=pads, value=value)
+
+
+# -- upsampling ----------------------------------------------------------------------------
+def _resize(low, a, mode):
+    x = a["input"] if "input" in a else a["self"]
+    out = list(low.meta_type().shape[2:])
+    scales = a.get("scale_factors")
+    if scales is None and a.get("scales_h") is not None:
+        scales = [a["scales_h"], a["scales_w"]]
+    align = bool(a.get("align_corners") or False)
+    # PyTorch maps output to input with 1/scale when a scale factor was given.
+    ratio = [1.0 / float(s) if s else x.shape[2 + i] / out[i] for i, s in enumerate(scales or [None, None])]
+    return low.op("cuvil.resize", x, mode=mode, size=out, ratio=ratio, align_corners=align)
+
+
+@handles("upsample_nearest2d")
+def _up_nearest(low, a):
+    return _resize(low, a, "nearest")
+
+
+@handles("upsample_bilinear2d")
+def _up_bilinear(low, a):
+    return _resize(low, a, "bilinear")
+
+
+# -- gather -----------------------------------------------------------------------------
+@handles("embedding")
+def _embedding(low, a):
+    return low.op("cuvil.gather", a["weight"], a["indices"], axis=0)
+
+
+@handles("index_select")
+def _index_select(low, a):
+    x = a["self"]
+    return low.op("cuvil.gather", x, a["index"], axis=_norm_dim(a["dim"], x.type.rank))
+
+
+# -- attention ----------------------------------------------------------------------------
+@handles("scaled_dot_product_attention")
+def _sdpa(low, a):
+    q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
+    if a.get("enable_gqa") and q.shape[-3] != k.shape[-3]:
+        raise UnsupportedOpError("scaled_dot_product_attention with grouped-query heads is not supported")
+    d = q.shape[-1]
+    scale = a.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    scores = low.op("cuvil.matmul", q, _transpose_last(low, k))
+    scores = low.op("cuvil.mul", scores, low.const(scale, q.dtype))
+    sq, sk = q.shape[-2], k.shape[-2]
+    if a.get("is_causal"):
+        causal = np.where(np.tril(np.ones((sq, sk), bool)), 0.0, -np.inf).astype(np.float32)
+        scores = low.op("cuvil.add", scores, low.const(causal, q.dtype))
+    if mask is not None:
+        if mask.dtype == "bool":
+            mask = low.op("cuvil.where", mask, low.const(0.0, q.dtype), low.const(-np.inf, q.dtype))
+        scores = low.op("cuvil.add", scores, low.cast(mask, q.dtype))
+    probs = low.op("cuvil.softmax", scores, axis=scores.type.rank - 1)
+    return low.op("cuvil.matmul", probs, v)
