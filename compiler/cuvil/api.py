@@ -1,0 +1,134 @@
+"""The Python API: `cuvil.compile`, `cuvil.capture`, `cuvil.load_ir`.
+
+`compile` runs the same three stages as the deployed artifacts (capture -> compile ->
+link): the generated object and the weights object are linked into a shared library and
+loaded in-process, so its numbers and speed are the product's.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .errors import CuvilError
+from .ir import Module, read_bundle, write_bundle
+from .ir.types import TensorType
+
+QUANTIZATION_MODES = ("none",)
+
+
+def capture(module, example_inputs: Sequence, path: str | os.PathLike) -> Module:
+    """Capture a framework model (PyTorch) into a framework-free .cvir bundle at `path`."""
+    ir_module = _to_ir(module, example_inputs)
+    write_bundle(ir_module, path)
+    return ir_module
+
+
+def load_ir(path: str | os.PathLike) -> Module:
+    """Read a .cvir bundle written by `capture`."""
+    return read_bundle(path)
+
+
+def _to_ir(module, example_inputs) -> Module:
+    if isinstance(module, Module):
+        return module
+    if isinstance(module, (str, os.PathLike)) and str(module).endswith(".cvir"):
+        return read_bundle(module)
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency of the test setup
+        torch = None
+    if torch is not None and (isinstance(module, torch.nn.Module) or callable(module)):
+        from .frontends.torch import capture_torch
+        if not isinstance(module, torch.nn.Module):
+            module = _FunctionModule(module)
+        return capture_torch(module, example_inputs)
+    raise CuvilError(f"cannot compile a {type(module).__name__}: pass a torch.nn.Module, "
+                     "a cuvil.ir.Module or a .cvir path")
+
+
+def _FunctionModule(fn):
+    import torch
+
+    class Wrapped(torch.nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+    return Wrapped()
+
+
+def compile(module, example_inputs: Sequence = (), *, quantization: str = "none", threads: int = 1,
+            target=None, prefix: str = "cuvil_model") -> "CompiledModel":
+    """Capture (if needed), optimise, generate native code, link it and load it."""
+    from .backend.llvm.codegen import generate
+    from .backend.llvm.link import link_shared
+    from .backend.llvm.target import compile_to_object, host_target
+    from .backend.llvm.weights import weights_object
+    from .passes.pipeline import run_pipeline
+
+    if quantization not in QUANTIZATION_MODES:
+        raise CuvilError(f"quantization {quantization!r} is not supported (supported: {', '.join(QUANTIZATION_MODES)})")
+    if not isinstance(threads, int) or threads < 1:
+        raise CuvilError(f"threads must be a positive integer, got {threads!r}")
+    ir_module = _to_ir(module, example_inputs)
+    run_pipeline(ir_module)
+    gen = generate(ir_module, prefix)
+    target = target or host_target()
+    obj = compile_to_object(gen.llvm_ir, target)
+    wobj = weights_object(f"{prefix}_weights", gen.weights, target)
+    with tempfile.TemporaryDirectory(prefix="cuvil-") as tmp:
+        paths = [Path(tmp, "model.o"), Path(tmp, "weights.o")]
+        paths[0].write_bytes(obj)
+        paths[1].write_bytes(wobj)
+        so = link_shared(paths, [], Path(tmp, f"lib{prefix}.so"))
+        lib = ctypes.CDLL(str(so))  # the mapping survives the directory's removal
+    return CompiledModel(lib, gen, ir_module, threads)
+
+
+class CompiledModel:
+    """A compiled model loaded in-process. Call it with NumPy arrays; returns a tuple."""
+
+    def __init__(self, lib, gen, ir_module: Module, threads: int = 1):
+        self._lib = lib
+        self._forward = getattr(lib, f"{gen.prefix}_forward")
+        self._forward.restype = None
+        self._forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.inputs: list[tuple[str, TensorType]] = gen.inputs
+        self.outputs: list[tuple[str, TensorType]] = gen.outputs
+        self.arena_size = gen.arena_size
+        self.kernel_count = gen.kernels
+        self.ir = ir_module
+        self.threads = threads
+        self._arena = _aligned_empty(max(self.arena_size, 64))
+
+    def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
+        if len(arrays) != len(self.inputs):
+            raise CuvilError(f"model takes {len(self.inputs)} inputs "
+                             f"({', '.join(n for n, _ in self.inputs)}), got {len(arrays)}")
+        ins = []
+        for (name, t), a in zip(self.inputs, arrays):
+            if hasattr(a, "detach"):  # a torch tensor
+                a = a.detach().cpu().numpy()
+            a = np.asarray(a)
+            if tuple(a.shape) != t.shape:
+                raise CuvilError(f"input {name!r}: expected shape {list(t.shape)}, got {list(a.shape)}")
+            if a.dtype != t.np_dtype:
+                if np.can_cast(a.dtype, t.np_dtype, casting="same_kind"):
+                    a = a.astype(t.np_dtype)
+                else:
+                    raise CuvilError(f"input {name!r}: expected dtype {t.dtype}, got {a.dtype}")
+            ins.append(np.ascontiguousarray(a))
+        outs = [np.empty(t.shape, t.np_dtype) for _, t in self.outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
+        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
+        return tuple(outs)
+
+
+def _aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
+    raw = np.empty(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes]

@@ -1,0 +1,189 @@
+"""Cuvil IR (after the pipeline, memory-planned) -> one LLVM module.
+
+The module defines `<prefix>_forward(i8** inputs, i8** outputs, i8* arena)`, which calls
+one kernel function per op in program order. Kernels are specialised to static shapes and
+shared between ops with the same signature (ResNet's repeated blocks reuse code). Weights
+live in a separate blob (`<prefix>_weights`, see weights.py) addressed by offset; scalar
+constants are folded into the kernels that use them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from llvmlite import ir
+
+from ...errors import BackendError
+from ...ir import Module, Value
+from ...ir.ops import ANCHORS
+from ...ir.printer import format_attrs
+from ...ir.types import TensorType
+from .emit import I8, I64, MEM_TYPES, PTR, i64
+from .kernels import EMITTERS, KernelArgs, k_copy
+from .weights import WEIGHTS_ALIGN, declare_weights
+
+_PLAN_ATTRS = ("arena_offset", "alias", "scratch_offset")
+
+
+@dataclass
+class Generated:
+    llvm_ir: str
+    weights: bytes
+    prefix: str
+    arena_size: int
+    inputs: list[tuple[str, TensorType]]
+    outputs: list[tuple[str, TensorType]]
+    kernels: int = 0
+    stats: dict = field(default_factory=dict)
+
+
+def _align(n: int, a: int = WEIGHTS_ALIGN) -> int:
+    return -(-n // a) * a
+
+
+def _is_scalar_const(v: Value) -> bool:
+    op = v.defining_op
+    return op is not None and op.name == "cuvil.constant" and op.value.size == 1
+
+
+def _inlinable(op, i: int) -> bool:
+    """Operands that kernels take as immediates: scalars of fused programs / epilogues."""
+    if op.name == "cuvil.fused":
+        return _is_scalar_const(op.operands[i])
+    if op.name in ANCHORS and i >= 2:
+        return _is_scalar_const(op.operands[i])
+    return False
+
+
+class _Codegen:
+    def __init__(self, module: Module, prefix: str):
+        self.fn = module.main
+        self.prefix = prefix
+        self.mod = ir.Module(name=prefix)
+        self.kernels: dict[str, ir.Function] = {}
+        self.weight_offsets: dict[int, int] = {}
+        self.blob = bytearray()
+
+    def layout_weights(self):
+        for op in self.fn.body.ops:
+            if op.name != "cuvil.constant":
+                continue
+            users_need_memory = any(not _inlinable(u, i) for u in op.result.uses
+                                    for i, v in enumerate(u.operands) if v is op.result)
+            if not users_need_memory:
+                continue
+            data = np.ascontiguousarray(op.value)
+            data = data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
+            self.blob += b"\0" * (_align(len(self.blob)) - len(self.blob))
+            self.weight_offsets[id(op.result)] = len(self.blob)
+            self.blob += data
+        self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
+
+    def kernel(self, op, aliased: bool) -> ir.Function:
+        consts = {i: op.operands[i].defining_op.value.reshape(()).item()
+                  for i in range(len(op.operands)) if _inlinable(op, i)}
+        attrs = {k: v for k, v in op.attrs.items() if k not in _PLAN_ATTRS}
+        key = "|".join([op.name, format_attrs(attrs), str(op.result.type),
+                        ",".join(str(v.type) for v in op.operands), repr(sorted(consts.items())), str(aliased)])
+        if key in self.kernels:
+            return self.kernels[key]
+        emitter = k_copy if op.name == "cuvil.reshape" else EMITTERS.get(op.name)
+        if emitter is None:
+            raise BackendError(f"no kernel for {op.name}" + (f" ({op.loc})" if op.loc else ""))
+        n_args = 1 + len(op.operands)
+        f = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), [PTR] * n_args),
+                        name=f"{self.prefix}_k{len(self.kernels)}_{op.name.split('.')[1]}")
+        f.linkage = "internal"
+        f.attributes.add("noinline")
+        f.attributes.add("nounwind")
+        for a in f.args:
+            if not aliased:
+                a.add_attribute("noalias")
+        b = ir.IRBuilder(f.append_basic_block("entry"))
+        typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer())
+                 for a, t in zip(f.args, [op.result.type] + [v.type for v in op.operands])]
+        args = KernelArgs(out=typed[0], out_type=op.result.type,
+                          ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
+                          in_types=[v.type for v in op.operands], attrs=dict(attrs), consts=consts)
+        try:
+            emitter(b, args)
+        except BackendError:
+            raise
+        except Exception as e:
+            raise BackendError(f"code generation failed for {op.name}"
+                               + (f" ({op.loc})" if op.loc else "") + f": {type(e).__name__}: {e}") from e
+        b.ret_void()
+        self.kernels[key] = f
+        return f
+
+    def generate(self) -> Generated:
+        fn = self.fn
+        self.layout_weights()
+        wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
+        entry = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), [PTR.as_pointer(), PTR.as_pointer(), PTR]),
+                            name=f"{self.prefix}_forward")
+        entry.attributes.add("nounwind")
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        inputs, outputs, arena = entry.args
+        wbase = b.bitcast(wsym, PTR)
+        loc: dict[int, ir.Value] = {}
+        for i, a in enumerate(fn.args):
+            loc[id(a)] = b.load(b.gep(inputs, [i64(i)]), name=f"in{i}")
+        outs = fn.outputs
+        direct: dict[int, int] = {}  # value id -> output index written in place
+        for j, v in enumerate(outs):
+            op = v.defining_op
+            if op is not None and op.name != "cuvil.constant" and id(v) not in direct \
+                    and not op.attrs.get("alias"):
+                direct[id(v)] = j
+        out_ptrs = [b.load(b.gep(outputs, [i64(j)]), name=f"out{j}") for j in range(len(outs))]
+
+        def where(v: Value) -> ir.Value:
+            if id(v) in loc:
+                return loc[id(v)]
+            op = v.defining_op
+            if op.name == "cuvil.constant":
+                p = b.gep(wbase, [i64(self.weight_offsets[id(v)])], inbounds=True)
+            elif id(v) in direct:
+                p = out_ptrs[direct[id(v)]]
+            elif op.attrs.get("alias"):
+                p = where(op.operands[0])
+            else:
+                if "arena_offset" not in op.attrs:
+                    raise BackendError(f"{op.name} has no arena_offset: run the memory-plan pass first")
+                p = b.gep(arena, [i64(op.attrs["arena_offset"])], inbounds=True)
+            loc[id(v)] = p
+            return p
+
+        for op in fn.body.ops:
+            if op.name in ("cuvil.constant", "cuvil.return") or op.attrs.get("alias"):
+                continue
+            if len(op.results) != 1:
+                raise BackendError(f"{op.name}: multi-result ops are not supported by the backend")
+            ptrs = [where(op.result)] + [None if _inlinable(op, i) else where(v)
+                                         for i, v in enumerate(op.operands)]
+            real = [p for p in ptrs if p is not None]
+            aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"
+            kern = self.kernel(op, aliased)
+            b.call(kern, [p if p is not None else ir.Constant(PTR, None) for p in ptrs])
+        # Outputs not written in place (inputs, constants, duplicates, aliases) are copied.
+        for j, v in enumerate(outs):
+            if direct.get(id(v)) == j:
+                continue
+            n = v.type.nbytes
+            memcpy = self.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+            b.call(memcpy, [out_ptrs[j], where(v), i64(n), ir.Constant(ir.IntType(1), 0)])
+        b.ret_void()
+        return Generated(llvm_ir=str(self.mod), weights=bytes(self.blob), prefix=self.prefix,
+                         arena_size=int(fn.attrs.get("arena_size", 0)),
+                         inputs=list(zip(fn.input_names, [a.type for a in fn.args])),
+                         outputs=list(zip(fn.output_names, [v.type for v in outs])),
+                         kernels=len(self.kernels))
+
+
+def generate(module: Module, prefix: str = "cuvil_model") -> Generated:
+    """LLVM IR text and the weights blob for a planned module."""
+    for a in module.main.args:
+        if not a.type.is_static:
+            raise BackendError(f"input has symbolic dims {a.type}: compile needs static shapes")
+    return _Codegen(module, prefix).generate()

@@ -1,0 +1,526 @@
+"""Kernel emitters: one function per op kind, generating a loop nest for a static shape.
+
+Each emitter gets a `KernelArgs` (typed pointers for the result and the operands, their
+types and the op's attributes) and emits the body of one LLVM function. Correct first;
+the inner loops run over contiguous memory so LLVM's vectoriser widens them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+from llvmlite import ir
+
+from ...errors import BackendError
+from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
+from ...ir.types import TensorType
+from .emit import (F32, I1, I64, REDUCE, REG_TYPES, View, broadcast_strides, contiguous_strides,
+                   emit_program, fconst, i64, intrinsic, load, loop_nest, store)
+from .loops import alloca_in_entry, for_range
+from .mathlib import get_math
+
+
+@dataclass
+class KernelArgs:
+    out: ir.Value                       # typed pointer to the result
+    out_type: TensorType
+    ins: list[ir.Value | None]          # typed pointers (None: inlined scalar constant)
+    in_types: list[TensorType]
+    attrs: dict
+    consts: dict[int, float] = field(default_factory=dict)  # operand index -> inlined scalar
+
+
+# -- elementwise ----------------------------------------------------------------------------
+def emit_elementwise(b: ir.IRBuilder, out: ir.Value, out_type: TensorType, ins, in_types, consts,
+                     program, first_is_out: bool = False) -> None:
+    """out[i] = program(inputs broadcast to out). With first_is_out, slot 0 is out itself
+    (a conv/matmul epilogue applied in place)."""
+    shape = list(out_type.shape)
+    views = [View(out, out_type.dtype, contiguous_strides(shape))]
+    slots = []  # per program input: ('view', k) or ('const', value)
+    for i, (p, t) in enumerate(zip(ins, in_types)):
+        if i in consts:
+            slots.append(("const", fconst(t.dtype, consts[i]) if t.dtype in ("f32", "f16", "f64")
+                          else ir.Constant(REG_TYPES[t.dtype], int(consts[i]))))
+        else:
+            views.append(View(p, t.dtype, broadcast_strides(t.shape, shape)))
+            slots.append(("view", len(views) - 1))
+    dtypes = [t.dtype for t in in_types]
+
+    def body(b, idx):
+        vals = []
+        for kind, v in slots:
+            vals.append(v if kind == "const" else load(b, views[v].ptr, idx[v], views[v].dtype))
+        prog_vals = ([load(b, out, idx[0], out_type.dtype)] + vals) if first_is_out else vals
+        prog_types = ([out_type.dtype] + dtypes) if first_is_out else dtypes
+        res, rdt = emit_program(b, program, prog_vals, prog_types)
+        if rdt != out_type.dtype:
+            raise BackendError(f"program yields {rdt}, result is {out_type.dtype}")
+        store(b, res, out, idx[0], out_type.dtype)
+
+    loop_nest(b, shape, views, body)
+
+
+def k_fused(b, k: KernelArgs):
+    emit_elementwise(b, k.out, k.out_type, k.ins, k.in_types, k.consts, k.attrs["program"])
+
+
+def _epilogue(b, k: KernelArgs, n_main: int):
+    post = k.attrs.get("post") or []
+    if post:
+        consts = {i - n_main: v for i, v in k.consts.items() if i >= n_main}
+        emit_elementwise(b, k.out, k.out_type, k.ins[n_main:], k.in_types[n_main:], consts, post,
+                         first_is_out=True)
+
+
+def _zero(b, ptr, start, count, dtype):
+    with for_range(b, count, name="z") as j:
+        store(b, fconst(dtype, 0.0), ptr, b.add(start, j), dtype)
+
+
+# -- matmul --------------------------------------------------------------------------------
+def k_matmul(b, k: KernelArgs):
+    at, bt = k.in_types[:2]
+    ot = k.out_type
+    m, kk, n = at.shape[-2], at.shape[-1], bt.shape[-1]
+    batch = list(ot.shape[:-2])
+    a_str = broadcast_strides(tuple(at.shape[:-2]), batch)
+    b_str = broadcast_strides(tuple(bt.shape[:-2]), batch)
+    a_str = [s * m * kk for s in a_str]
+    b_str = [s * kk * n for s in b_str]
+    o_str = [s * m * n for s in contiguous_strides(batch)]
+    A, B, O = k.ins[0], k.ins[1], k.out
+    dt = ot.dtype
+
+    def body(b, idx):
+        oa, ob, oo = idx
+        with for_range(b, m, name="i") as i:
+            row = b.add(oo, b.mul(i, i64(n)))
+            arow = b.add(oa, b.mul(i, i64(kk)))
+            _zero(b, O, row, n, dt)
+            with for_range(b, kk, name="k") as kx:
+                a = load(b, A, b.add(arow, kx), dt)
+                brow = b.add(ob, b.mul(kx, i64(n)))
+                with for_range(b, n, name="j") as j:
+                    o_idx = b.add(row, j)
+                    acc = load(b, O, o_idx, dt)
+                    acc = b.fadd(acc, b.fmul(a, load(b, B, b.add(brow, j), dt), flags=("contract",)),
+                                 flags=("contract",))
+                    store(b, acc, O, o_idx, dt)
+
+    views = [View(A, dt, a_str), View(B, dt, b_str), View(O, dt, o_str)]
+    if batch:
+        loop_nest(b, batch, views, body)
+    else:
+        body(b, [i64(0), i64(0), i64(0)])
+    _epilogue(b, k, 2)
+
+
+# -- convolution ---------------------------------------------------------------------------
+def _range_for_tap(b, tap_off, stride, size, out_size):
+    """Output indices o with 0 <= o*stride + tap_off < size, as [lo, hi) i64 values.
+    tap_off = k*dilation - pad_lo (an i64 value)."""
+    zero = i64(0)
+    neg = b.sub(zero, tap_off)  # need o*stride >= -tap_off
+    lo = b.select(b.icmp_signed(">", neg, zero),
+                  b.sdiv(b.add(neg, i64(stride - 1)), i64(stride)), zero)
+    last = b.sub(i64(size - 1), tap_off)  # o*stride <= size-1-tap_off
+    hi = b.select(b.icmp_signed("<", last, zero), zero,
+                  b.add(b.sdiv(last, i64(stride)), i64(1)))
+    hi = b.select(b.icmp_signed(">", hi, i64(out_size)), i64(out_size), hi)
+    hi = b.select(b.icmp_signed("<", hi, lo), lo, hi)
+    return lo, hi
+
+
+def k_conv2d(b, k: KernelArgs):
+    xt, wt = k.in_types[:2]
+    n, c, h, w = xt.shape
+    oc, icg, kh, kw = wt.shape
+    _, _, oh, ow = k.out_type.shape
+    g = k.attrs["groups"]
+    ocg = oc // g
+    (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
+    X, W, O = k.ins[0], k.ins[1], k.out
+    dt = k.out_type.dtype
+    pointwise = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and (oh, ow) == (h, w)
+    with for_range(b, n, name="n") as ni:
+        with for_range(b, oc, name="oc") as o:
+            grp = b.sdiv(o, i64(ocg))
+            plane = b.mul(b.add(b.mul(ni, i64(oc)), o), i64(oh * ow))
+            _zero(b, O, plane, oh * ow, dt)
+            with for_range(b, icg, name="ic") as icx:
+                ch = b.add(b.mul(grp, i64(icg)), icx)
+                xplane = b.mul(b.add(b.mul(ni, i64(c)), ch), i64(h * w))
+                wbase = b.mul(b.add(b.mul(o, i64(icg)), icx), i64(kh * kw))
+                if pointwise:
+                    wv = load(b, W, wbase, dt)
+                    with for_range(b, oh * ow, name="p") as p:
+                        idx = b.add(plane, p)
+                        acc = b.fadd(load(b, O, idx, dt), b.fmul(wv, load(b, X, b.add(xplane, p), dt),
+                                                                 flags=("contract",)), flags=("contract",))
+                        store(b, acc, O, idx, dt)
+                else:
+                    with for_range(b, kh, name="ky") as ky:
+                        toff_h = b.sub(b.mul(ky, i64(dh)), i64(pt))
+                        oh_lo, oh_hi = _range_for_tap(b, toff_h, sh, h, oh)
+                        with for_range(b, kw, name="kx") as kx:
+                            toff_w = b.sub(b.mul(kx, i64(dw)), i64(pl))
+                            ow_lo, ow_hi = _range_for_tap(b, toff_w, sw, w, ow)
+                            wv = load(b, W, b.add(wbase, b.add(b.mul(ky, i64(kw)), kx)), dt)
+                            with for_range(b, oh_hi, start=oh_lo, name="y") as y:
+                                iy = b.add(b.mul(y, i64(sh)), toff_h)
+                                orow = b.add(plane, b.mul(y, i64(ow)))
+                                xrow = b.add(b.add(xplane, b.mul(iy, i64(w))), toff_w)
+                                with for_range(b, ow_hi, start=ow_lo, name="x") as x:
+                                    idx = b.add(orow, x)
+                                    xi = b.add(xrow, b.mul(x, i64(sw)))
+                                    acc = b.fadd(load(b, O, idx, dt), b.fmul(wv, load(b, X, xi, dt),
+                                                                             flags=("contract",)), flags=("contract",))
+                                    store(b, acc, O, idx, dt)
+    _epilogue(b, k, 2)
+
+
+# -- pooling ---------------------------------------------------------------------------------
+def k_max_pool2d(b, k: KernelArgs):
+    n, c, h, w = k.in_types[0].shape
+    _, _, oh, ow = k.out_type.shape
+    (kh, kw), (sh, sw), (pt, pl, _, _) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
+    dh, dw = k.attrs.get("dilation", [1, 1])
+    X, O, dt = k.ins[0], k.out, k.out_type.dtype
+    with for_range(b, n * c, name="nc") as nc:
+        xplane = b.mul(nc, i64(h * w))
+        with for_range(b, oh, name="y") as y:
+            with for_range(b, ow, name="x") as x:
+                best = fconst(dt, -np.inf)
+                # The window is small: unroll it with compile-time taps and runtime bounds checks.
+                for i in range(kh):
+                    iy = b.add(b.mul(y, i64(sh)), i64(i * dh - pt))
+                    oky = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
+                    for j in range(kw):
+                        ix = b.add(b.mul(x, i64(sw)), i64(j * dw - pl))
+                        ok = b.and_(oky, b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w))))
+                        safe = b.select(ok, b.add(xplane, b.add(b.mul(iy, i64(w)), ix)), xplane)
+                        v = load(b, X, safe, dt)
+                        v = b.select(ok, v, fconst(dt, -np.inf))
+                        best = b.select(b.fcmp_unordered(">", v, best), v, best)
+                store(b, best, O, b.add(b.mul(nc, i64(oh * ow)), b.add(b.mul(y, i64(ow)), x)), dt)
+
+
+def _window_table(b, name, entries):
+    """A private constant i64 table, returned as a pointer."""
+    arr_t = ir.ArrayType(I64, len(entries))
+    gv = ir.GlobalVariable(b.module, arr_t, name=b.module.get_unique_name(name))
+    gv.linkage = "private"
+    gv.global_constant = True
+    gv.initializer = ir.Constant(arr_t, [int(e) for e in entries])
+    return b.bitcast(gv, I64.as_pointer())
+
+
+def _pool_sum(b, X, xplane, w, h0, h1, w0, w1, dt):
+    acc = alloca_in_entry(b, F32)
+    b.store(fconst("f32", 0.0), acc)
+    with for_range(b, h1, start=h0, name="wy") as iy:
+        rbase = b.add(xplane, b.mul(iy, i64(w)))
+        with for_range(b, w1, start=w0, name="wx") as ix:
+            v = load(b, X, b.add(rbase, ix), dt)
+            b.store(b.fadd(b.load(acc), v, flags=REDUCE), acc)
+    return b.load(acc)
+
+
+def _emit_window_pool(b, k: KernelArgs, rows, cols, divisors):
+    """Average over per-output windows given by static tables (start, end) and divisors."""
+    n, c, h, w = k.in_types[0].shape
+    _, _, oh, ow = k.out_type.shape
+    X, O, dt = k.ins[0], k.out, k.out_type.dtype
+    rt = _window_table(b, "rows", [v for r in rows for v in r[:2]])
+    ct = _window_table(b, "cols", [v for r in cols for v in r[:2]])
+    divt = b.bitcast(_float_table(b, "div", divisors), F32.as_pointer())
+    with for_range(b, n * c, name="nc") as nc:
+        xplane = b.mul(nc, i64(h * w))
+        with for_range(b, oh, name="y") as y:
+            h0 = b.load(b.gep(rt, [b.mul(y, i64(2))]))
+            h1 = b.load(b.gep(rt, [b.add(b.mul(y, i64(2)), i64(1))]))
+            with for_range(b, ow, name="x") as x:
+                w0 = b.load(b.gep(ct, [b.mul(x, i64(2))]))
+                w1 = b.load(b.gep(ct, [b.add(b.mul(x, i64(2)), i64(1))]))
+                s = _pool_sum(b, X, xplane, w, h0, h1, w0, w1, dt)
+                d = b.load(b.gep(divt, [b.add(b.mul(y, i64(ow)), x)]))
+                store(b, b.fdiv(s, d), O, b.add(b.mul(nc, i64(oh * ow)), b.add(b.mul(y, i64(ow)), x)), dt)
+
+
+def _float_table(b, name, entries):
+    arr_t = ir.ArrayType(F32, len(entries))
+    gv = ir.GlobalVariable(b.module, arr_t, name=b.module.get_unique_name(name))
+    gv.linkage = "private"
+    gv.global_constant = True
+    gv.initializer = ir.Constant(arr_t, [float(np.float32(e)) for e in entries])
+    return gv
+
+
+def k_avg_pool2d(b, k: KernelArgs):
+    _, _, h, w = k.in_types[0].shape
+    _, _, oh, ow = k.out_type.shape
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
+    inc, div = k.attrs.get("count_include_pad", True), k.attrs.get("divisor", 0)
+    rows = AvgPool2d.windows(h, oh, kh, sh, pt, pb, inc)
+    cols = AvgPool2d.windows(w, ow, kw, sw, pl, pr, inc)
+    divisors = [div or r[2] * c_[2] for r in rows for c_ in cols]
+    _emit_window_pool(b, k, rows, cols, divisors)
+
+
+def k_adaptive_avg_pool2d(b, k: KernelArgs):
+    _, _, h, w = k.in_types[0].shape
+    _, _, oh, ow = k.out_type.shape
+    rows, cols = adaptive_ranges(h, oh), adaptive_ranges(w, ow)
+    divisors = [(r[1] - r[0]) * (c_[1] - c_[0]) for r in rows for c_ in cols]
+    _emit_window_pool(b, k, rows, cols, divisors)
+
+
+# -- rows: softmax, layer norm ---------------------------------------------------------------
+def _rows(shape, axis):
+    return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
+
+
+def _reduce_loop(b, count, init, step_fn, name):
+    acc = alloca_in_entry(b, init.type)
+    b.store(init, acc)
+    with for_range(b, count, name=name) as j:
+        b.store(step_fn(b, b.load(acc), j), acc)
+    return b.load(acc)
+
+
+def k_softmax(b, k: KernelArgs):
+    outer, n, inner = _rows(k.out_type.shape, k.attrs["axis"])
+    X, O, dt = k.ins[0], k.out, k.out_type.dtype
+    log = k.attrs.get("_log", False)
+    exp = lambda v: b.call(get_math(b.module, "exp"), [v])
+    with for_range(b, outer * inner, name="r") as r:
+        base = b.add(b.mul(b.sdiv(r, i64(inner)), i64(n * inner)), b.srem(r, i64(inner)))
+        at = lambda j: b.add(base, b.mul(j, i64(inner)))
+        mx = _reduce_loop(b, n, fconst(dt, -np.inf), lambda bb, a, j: intrinsic(
+            bb, "llvm.maxnum", [a, load(bb, X, at(j), dt)]), "m")
+        if log:
+            s = _reduce_loop(b, n, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(
+                a, exp(bb.fsub(load(bb, X, at(j), dt), mx)), flags=REDUCE), "s")
+            lse = b.fadd(mx, b.call(get_math(b.module, "log"), [s]))
+            with for_range(b, n, name="w") as j:
+                store(b, b.fsub(load(b, X, at(j), dt), lse), O, at(j), dt)
+        else:
+            def step(bb, a, j):
+                e = exp(bb.fsub(load(bb, X, at(j), dt), mx))
+                store(bb, e, O, at(j), dt)
+                return bb.fadd(a, e, flags=REDUCE)
+            s = _reduce_loop(b, n, fconst(dt, 0.0), step, "s")
+            inv = b.fdiv(fconst(dt, 1.0), s)
+            with for_range(b, n, name="w") as j:
+                store(b, b.fmul(load(b, O, at(j), dt), inv), O, at(j), dt)
+
+
+def k_log_softmax(b, k: KernelArgs):
+    k.attrs = {**k.attrs, "_log": True}
+    k_softmax(b, k)
+
+
+def k_layer_norm(b, k: KernelArgs):
+    shape = k.out_type.shape
+    d = prod(shape[len(shape) - k.attrs["num_axes"]:])
+    rows = prod(shape) // d if d else 0
+    X, O, dt = k.ins[0], k.out, k.out_type.dtype
+    Wt = k.ins[1] if len(k.ins) > 1 else None
+    Bt = k.ins[2] if len(k.ins) > 2 else None
+    with for_range(b, rows, name="r") as r:
+        base = b.mul(r, i64(d))
+        s = _reduce_loop(b, d, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(a, load(bb, X, bb.add(base, j), dt),
+                                                                          flags=REDUCE), "s")
+        mean = b.fdiv(s, fconst(dt, d))
+
+        def sq(bb, a, j):
+            t = bb.fsub(load(bb, X, bb.add(base, j), dt), mean)
+            return bb.fadd(a, bb.fmul(t, t), flags=REDUCE)
+        var = b.fdiv(_reduce_loop(b, d, fconst(dt, 0.0), sq, "v"), fconst(dt, d))
+        rstd = b.fdiv(fconst(dt, 1.0), intrinsic(b, "llvm.sqrt", [b.fadd(var, fconst(dt, k.attrs["eps"]))]))
+        with for_range(b, d, name="w") as j:
+            y = b.fmul(b.fsub(load(b, X, b.add(base, j), dt), mean), rstd)
+            if Wt is not None:
+                y = b.fmul(y, load(b, Wt, j, dt), flags=("contract",))
+            if Bt is not None:
+                y = b.fadd(y, load(b, Bt, j, dt), flags=("contract",))
+            store(b, y, O, b.add(base, j), dt)
+
+
+# -- reductions ------------------------------------------------------------------------------
+def _reduce_kernel(kind):
+    def emit(b, k: KernelArgs):
+        xt = k.in_types[0]
+        axes = k.attrs["axes"]
+        dt = xt.dtype
+        kept = [i for i in range(xt.rank) if i not in axes]
+        xs = contiguous_strides(xt.shape)
+        count = prod(xt.shape[a] for a in axes)
+        isf = dt in ("f32", "f16", "f64")
+        init = {"sum": 0.0, "mean": 0.0, "max": -np.inf, "min": np.inf}[kind]
+        init_v = fconst(dt, init) if isf else ir.Constant(REG_TYPES[dt], 0 if kind in ("sum", "mean") else
+                                                          (-(1 << 62) if kind == "max" else (1 << 62)))
+        X, O = k.ins[0], k.out
+        kept_shape = [xt.shape[i] for i in kept]
+        out_views = [View(O, dt, contiguous_strides(kept_shape)), View(X, dt, [xs[i] for i in kept])]
+
+        def outer(b, idx):
+            acc = alloca_in_entry(b, init_v.type)
+            b.store(init_v, acc)
+
+            def inner(b, iidx):
+                v = load(b, X, b.add(idx[1], iidx[0]), dt)
+                a = b.load(acc)
+                if kind in ("sum", "mean"):
+                    r = b.fadd(a, v, flags=REDUCE) if isf else b.add(a, v)
+                elif isf:
+                    r = intrinsic(b, "llvm.maxnum" if kind == "max" else "llvm.minnum", [a, v])
+                else:
+                    r = b.select(b.icmp_signed(">" if kind == "max" else "<", v, a), v, a)
+                b.store(r, acc)
+            loop_nest(b, [xt.shape[a] for a in axes] or [1], [View(X, dt, [xs[a] for a in axes] or [0])], inner)
+            res = b.load(acc)
+            if kind == "mean":
+                res = b.fdiv(res, fconst(dt, count)) if isf else b.sdiv(res, ir.Constant(res.type, count))
+            store(b, res, O, idx[0], dt)
+        loop_nest(b, kept_shape or [1], out_views if kept_shape else
+                  [View(O, dt, [0]), View(X, dt, [0])], outer)
+    return emit
+
+
+# -- data movement ---------------------------------------------------------------------------
+def _copy(b, out, out_dt, shape, out_strides, out_off, src, src_strides, src_off):
+    views = [View(out, out_dt, out_strides, out_off), View(src, out_dt, src_strides, src_off)]
+    loop_nest(b, shape, views, lambda bb, idx: store(bb, load(bb, src, idx[1], out_dt), out, idx[0], out_dt))
+
+
+def k_copy(b, k: KernelArgs):  # reshape (when not aliased) and identity copies
+    n = k.out_type.numel
+    _copy(b, k.out, k.out_type.dtype, [n], [1], 0, k.ins[0], [1], 0)
+
+
+def k_transpose(b, k: KernelArgs):
+    xt = k.in_types[0]
+    xs = contiguous_strides(xt.shape)
+    perm = k.attrs["perm"]
+    _copy(b, k.out, xt.dtype, k.out_type.shape, contiguous_strides(k.out_type.shape), 0,
+          k.ins[0], [xs[p] for p in perm], 0)
+
+
+def k_broadcast_to(b, k: KernelArgs):
+    shape = k.out_type.shape
+    _copy(b, k.out, k.out_type.dtype, shape, contiguous_strides(shape), 0, k.ins[0],
+          broadcast_strides(k.in_types[0].shape, shape), 0)
+
+
+def k_slice(b, k: KernelArgs):
+    xt = k.in_types[0]
+    xs = contiguous_strides(xt.shape)
+    off = sum(s * st for s, st in zip(k.attrs["starts"], xs))
+    _copy(b, k.out, xt.dtype, k.out_type.shape, contiguous_strides(k.out_type.shape), 0, k.ins[0],
+          [st * step for st, step in zip(xs, k.attrs["steps"])], off)
+
+
+def k_concat(b, k: KernelArgs):
+    ax = k.attrs["axis"]
+    ot = k.out_type
+    os_ = contiguous_strides(ot.shape)
+    start = 0
+    for p, t in zip(k.ins, k.in_types):
+        _copy(b, k.out, ot.dtype, t.shape, os_, start * os_[ax], p, contiguous_strides(t.shape), 0)
+        start += t.shape[ax]
+
+
+def k_pad(b, k: KernelArgs):
+    ot, xt = k.out_type, k.in_types[0]
+    dt = ot.dtype
+    val = fconst(dt, k.attrs["value"]) if dt in ("f32", "f16", "f64") else ir.Constant(REG_TYPES[dt], int(k.attrs["value"]))
+    with for_range(b, ot.numel, name="f") as i:
+        store(b, val, k.out, i, dt)
+    os_ = contiguous_strides(ot.shape)
+    off = sum(lo * s for (lo, _), s in zip(k.attrs["pads"], os_))
+    _copy(b, k.out, dt, xt.shape, os_, off, k.ins[0], contiguous_strides(xt.shape), 0)
+
+
+def k_gather(b, k: KernelArgs):
+    """Out-of-range indices (after adding the dim for negatives) produce zeros, never a
+    read outside the table."""
+    xt, it = k.in_types
+    ax = k.attrs["axis"]
+    pre, n, post = prod(xt.shape[:ax]), xt.shape[ax], prod(xt.shape[ax + 1:])
+    m = it.numel
+    X, IDX, O, dt = k.ins[0], k.ins[1], k.out, xt.dtype
+    zero = fconst(dt, 0.0) if dt in ("f32", "f16", "f64") else ir.Constant(REG_TYPES[dt], 0)
+    with for_range(b, pre, name="p") as p:
+        with for_range(b, m, name="j") as j:
+            raw = load(b, IDX, j, it.dtype)
+            idx = b.sext(raw, I64) if raw.type.width < 64 else raw
+            idx = b.select(b.icmp_signed("<", idx, i64(0)), b.add(idx, i64(n)), idx)
+            ok = b.and_(b.icmp_signed(">=", idx, i64(0)), b.icmp_signed("<", idx, i64(n)))
+            safe = b.select(ok, idx, i64(0))
+            src = b.mul(b.add(b.mul(p, i64(n)), safe), i64(post))
+            dst = b.mul(b.add(b.mul(p, i64(m)), j), i64(post))
+            with for_range(b, post, name="q") as q:
+                v = b.select(ok, load(b, X, b.add(src, q), dt), zero)
+                store(b, v, O, b.add(dst, q), dt)
+
+
+def k_resize(b, k: KernelArgs):
+    n, c, h, w = k.in_types[0].shape
+    _, _, oh, ow = k.out_type.shape
+    mode, align = k.attrs["mode"], k.attrs.get("align_corners", False)
+    rh, rw = k.attrs["ratio"]
+    th, tw = Resize.taps(h, oh, rh, mode, align), Resize.taps(w, ow, rw, mode, align)
+    hi = _window_table(b, "ry", [v for t in th for v in t[:2]])
+    wi = _window_table(b, "rx", [v for t in tw for v in t[:2]])
+    hf = b.bitcast(_float_table(b, "fy", [t[2] for t in th]), F32.as_pointer())
+    wf = b.bitcast(_float_table(b, "fx", [t[2] for t in tw]), F32.as_pointer())
+    X, O, dt = k.ins[0], k.out, k.out_type.dtype
+    one = fconst(dt, 1.0)
+    with for_range(b, n * c, name="nc") as nc:
+        xplane = b.mul(nc, i64(h * w))
+        with for_range(b, oh, name="y") as y:
+            y0 = b.load(b.gep(hi, [b.mul(y, i64(2))]))
+            y1 = b.load(b.gep(hi, [b.add(b.mul(y, i64(2)), i64(1))]))
+            fy = b.load(b.gep(hf, [y]))
+            r0, r1 = b.add(xplane, b.mul(y0, i64(w))), b.add(xplane, b.mul(y1, i64(w)))
+            with for_range(b, ow, name="x") as x:
+                x0 = b.load(b.gep(wi, [b.mul(x, i64(2))]))
+                x1 = b.load(b.gep(wi, [b.add(b.mul(x, i64(2)), i64(1))]))
+                fx = b.load(b.gep(wf, [x]))
+                if mode == "nearest":
+                    v = load(b, X, b.add(r0, x0), dt)
+                else:
+                    def lerp(a, c_, f):
+                        return b.fadd(b.fmul(a, b.fsub(one, f)), b.fmul(c_, f))
+                    top = lerp(load(b, X, b.add(r0, x0), dt), load(b, X, b.add(r0, x1), dt), fx)
+                    bot = lerp(load(b, X, b.add(r1, x0), dt), load(b, X, b.add(r1, x1), dt), fx)
+                    v = lerp(top, bot, fy)
+                store(b, v, O, b.add(b.mul(nc, i64(oh * ow)), b.add(b.mul(y, i64(ow)), x)), dt)
+
+
+EMITTERS = {
+    "cuvil.fused": k_fused,
+    "cuvil.matmul": k_matmul,
+    "cuvil.conv2d": k_conv2d,
+    "cuvil.max_pool2d": k_max_pool2d,
+    "cuvil.avg_pool2d": k_avg_pool2d,
+    "cuvil.adaptive_avg_pool2d": k_adaptive_avg_pool2d,
+    "cuvil.softmax": k_softmax,
+    "cuvil.log_softmax": k_log_softmax,
+    "cuvil.layer_norm": k_layer_norm,
+    "cuvil.reduce_sum": _reduce_kernel("sum"),
+    "cuvil.reduce_mean": _reduce_kernel("mean"),
+    "cuvil.reduce_max": _reduce_kernel("max"),
+    "cuvil.reduce_min": _reduce_kernel("min"),
+    "cuvil.reshape": k_copy,
+    "cuvil.transpose": k_transpose,
+    "cuvil.broadcast_to": k_broadcast_to,
+    "cuvil.slice": k_slice,
+    "cuvil.concat": k_concat,
+    "cuvil.pad": k_pad,
+    "cuvil.gather": k_gather,
+    "cuvil.resize": k_resize,
+}
