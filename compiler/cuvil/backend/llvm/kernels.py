@@ -349,6 +349,21 @@ def k_layer_norm(b, k: KernelArgs):
             store(b, y, O, b.add(base, j), dt)
 
 
+def k_batch_norm(b, k: KernelArgs):
+    shape = k.out_type.shape
+    c, inner = shape[1], prod(shape[2:])
+    X, MEAN, VAR, W, B = k.ins
+    O, dt = k.out, k.out_type.dtype
+    with for_range(b, shape[0] * c, name="nc") as nc:
+        ch = b.srem(nc, i64(c))
+        rstd = b.fdiv(fconst(dt, 1.0), intrinsic(b, "llvm.sqrt", [b.fadd(load(b, VAR, ch, dt), fconst(dt, k.attrs["eps"]))]))
+        scale = b.fmul(rstd, load(b, W, ch, dt))
+        shift = b.fsub(load(b, B, ch, dt), b.fmul(load(b, MEAN, ch, dt), scale))
+        with for_range(b, inner, name="p") as p:
+            idx = b.add(b.mul(nc, i64(inner)), p)
+            store(b, b.fadd(b.fmul(load(b, X, idx, dt), scale), shift, flags=("contract",)), O, idx, dt)
+
+
 # -- reductions ------------------------------------------------------------------------------
 def _reduce_kernel(kind):
     def emit(b, k: KernelArgs):
@@ -511,6 +526,7 @@ EMITTERS = {
     "cuvil.softmax": k_softmax,
     "cuvil.log_softmax": k_log_softmax,
     "cuvil.layer_norm": k_layer_norm,
+    "cuvil.batch_norm": k_batch_norm,
     "cuvil.reduce_sum": _reduce_kernel("sum"),
     "cuvil.reduce_mean": _reduce_kernel("mean"),
     "cuvil.reduce_max": _reduce_kernel("max"),
