@@ -1,0 +1,1 @@
+"""LLVM back end: target machines, loops, float math, weights blobs, linking."""
