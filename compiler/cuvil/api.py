@@ -63,7 +63,7 @@ def _FunctionModule(fn):
 def compile(module, example_inputs: Sequence = (), *, quantization: str = "none", threads: int = 1,
             target=None, prefix: str = "cuvil_model") -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it."""
-    from .backend.llvm.codegen import generate
+    from .backend.llvm.codegen import generate, vector_bits
     from .backend.llvm.link import link_shared
     from .backend.llvm.target import compile_to_object, host_target
     from .backend.llvm.weights import weights_object
@@ -75,8 +75,8 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
     ir_module = _to_ir(module, example_inputs)
     run_pipeline(ir_module)
-    gen = generate(ir_module, prefix)
     target = target or host_target()
+    gen = generate(ir_module, prefix, vector_bits(target))
     obj = compile_to_object(gen.llvm_ir, target)
     wobj = weights_object(f"{prefix}_weights", gen.weights, target)
     with tempfile.TemporaryDirectory(prefix="cuvil-") as tmp:

@@ -19,7 +19,7 @@ from ...ir.ops import ANCHORS
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I8, I64, MEM_TYPES, PTR, i64
-from .kernels import EMITTERS, KernelArgs, k_copy
+from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
 from .weights import WEIGHTS_ALIGN, declare_weights
 
 _PLAN_ATTRS = ("arena_offset", "alias", "scratch_offset")
@@ -56,7 +56,8 @@ def _inlinable(op, i: int) -> bool:
 
 
 class _Codegen:
-    def __init__(self, module: Module, prefix: str):
+    def __init__(self, module: Module, prefix: str, vector_bits: int):
+        self.vw = max(vector_bits // 32, 1)
         self.fn = module.main
         self.prefix = prefix
         self.mod = ir.Module(name=prefix)
@@ -90,7 +91,7 @@ class _Codegen:
         emitter = k_copy if op.name == "cuvil.reshape" else EMITTERS.get(op.name)
         if emitter is None:
             raise BackendError(f"no kernel for {op.name}" + (f" ({op.loc})" if op.loc else ""))
-        n_args = 1 + len(op.operands)
+        n_args = 2 + len(op.operands)  # result, operands, scratch
         f = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), [PTR] * n_args),
                         name=f"{self.prefix}_k{len(self.kernels)}_{op.name.split('.')[1]}")
         f.linkage = "internal"
@@ -101,10 +102,11 @@ class _Codegen:
                 a.add_attribute("noalias")
         b = ir.IRBuilder(f.append_basic_block("entry"))
         typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer())
-                 for a, t in zip(f.args, [op.result.type] + [v.type for v in op.operands])]
+                 for a, t in zip(f.args[:-1], [op.result.type] + [v.type for v in op.operands])]
         args = KernelArgs(out=typed[0], out_type=op.result.type,
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
-                          in_types=[v.type for v in op.operands], attrs=dict(attrs), consts=consts)
+                          in_types=[v.type for v in op.operands], attrs=dict(attrs), consts=consts,
+                          vw=self.vw, scratch=f.args[-1])
         try:
             emitter(b, args)
         except BackendError:
@@ -164,8 +166,13 @@ class _Codegen:
                                          for i, v in enumerate(op.operands)]
             real = [p for p in ptrs if p is not None]
             aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"
+            if scratch_bytes(op) and "scratch_offset" not in op.attrs:
+                raise BackendError(f"{op.name} needs {scratch_bytes(op)} bytes of scratch but has no "
+                                   "scratch_offset: plan memory with the backend's scratch sizes")
             kern = self.kernel(op, aliased)
-            b.call(kern, [p if p is not None else ir.Constant(PTR, None) for p in ptrs])
+            scratch = (b.gep(arena, [i64(op.attrs["scratch_offset"])], inbounds=True)
+                       if "scratch_offset" in op.attrs else ir.Constant(PTR, None))
+            b.call(kern, [p if p is not None else ir.Constant(PTR, None) for p in ptrs] + [scratch])
         # Outputs not written in place (inputs, constants, duplicates, aliases) are copied.
         for j, v in enumerate(outs):
             if direct.get(id(v)) == j:
@@ -181,9 +188,94 @@ class _Codegen:
                          kernels=len(self.kernels))
 
 
-def generate(module: Module, prefix: str = "cuvil_model") -> Generated:
+def vector_bits(target) -> int:
+    """The widest float vector the target's features allow (kernels pick tiles from it)."""
+    return target.vector_bits
+
+
+def generate(self) -> Generated:
+        fn = self.fn
+        self.layout_weights()
+        wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
+        entry = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), [PTR.as_pointer(), PTR.as_pointer(), PTR]),
+                            name=f"{self.prefix}_forward")
+        entry.attributes.add("nounwind")
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        inputs, outputs, arena = entry.args
+        wbase = b.bitcast(wsym, PTR)
+        loc: dict[int, ir.Value] = {}
+        for i, a in enumerate(fn.args):
+            loc[id(a)] = b.load(b.gep(inputs, [i64(i)]), name=f"in{i}")
+        outs = fn.outputs
+        direct: dict[int, int] = {}  # value id -> output index written in place
+        for j, v in enumerate(outs):
+            op = v.defining_op
+            if op is not None and op.name != "cuvil.constant" and id(v) not in direct \
+                    and not op.attrs.get("alias"):
+                direct[id(v)] = j
+        out_ptrs = [b.load(b.gep(outputs, [i64(j)]), name=f"out{j}") for j in range(len(outs))]
+
+        def where(v: Value) -> ir.Value:
+            if id(v) in loc:
+                return loc[id(v)]
+            op = v.defining_op
+            if op.name == "cuvil.constant":
+                p = b.gep(wbase, [i64(self.weight_offsets[id(v)])], inbounds=True)
+            elif id(v) in direct:
+                p = out_ptrs[direct[id(v)]]
+            elif op.attrs.get("alias"):
+                p = where(op.operands[0])
+            else:
+                if "arena_offset" not in op.attrs:
+                    raise BackendError(f"{op.name} has no arena_offset: run the memory-plan pass first")
+                p = b.gep(arena, [i64(op.attrs["arena_offset"])], inbounds=True)
+            loc[id(v)] = p
+            return p
+
+        for op in fn.body.ops:
+            if op.name in ("cuvil.constant", "cuvil.return") or op.attrs.get("alias"):
+                continue
+            if len(op.results) != 1:
+                raise BackendError(f"{op.name}: multi-result ops are not supported by the backend")
+            ptrs = [where(op.result)] + [None if _inlinable(op, i) else where(v)
+                                         for i, v in enumerate(op.operands)]
+            real = [p for p in ptrs if p is not None]
+            aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"
+            if scratch_bytes(op) and "scratch_offset" not in op.attrs:
+                raise BackendError(f"{op.name} needs {scratch_bytes(op)} bytes of scratch but has no "
+                                   "scratch_offset: plan memory with the backend's scratch sizes")
+            kern = self.kernel(op, aliased)
+            scratch = (b.gep(arena, [i64(op.attrs["scratch_offset"])], inbounds=True)
+                       if "scratch_offset" in op.attrs else ir.Constant(PTR, None))
+            b.call(kern, [p if p is not None else ir.Constant(PTR, None) for p in ptrs] + [scratch])
+        # Outputs not written in place (inputs, constants, duplicates, aliases) are copied.
+        for j, v in enumerate(outs):
+            if direct.get(id(v)) == j:
+                continue
+            n = v.type.nbytes
+            memcpy = self.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+            b.call(memcpy, [out_ptrs[j], where(v), i64(n), ir.Constant(ir.IntType(1), 0)])
+        b.ret_void()
+        return Generated(llvm_ir=str(self.mod), weights=bytes(self.blob), prefix=self.prefix,
+                         arena_size=int(fn.attrs.get("arena_size", 0)),
+                         inputs=list(zip(fn.input_names, [a.type for a in fn.args])),
+                         outputs=list(zip(fn.output_names, [v.type for v in outs])),
+                         kernels=len(self.kernels))
+
+
+def vector_bits(target) -> int:
+    """The widest float vector the target's features allow (kernels pick tiles from it)."""
+    feats = set(f.strip() for f in (target.features or "").split(","))
+    if target.triple.startswith("x86_64"):
+        if "+avx512f" in feats and "+prefer-256-bit" not in feats:
+            return 512
+        return 256 if "+avx2" in feats or "+avx" in feats else 128
+    return 128
+
+
+def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128) -> Generated:
     """LLVM IR text and the weights blob for a planned module."""
     for a in module.main.args:
         if not a.type.is_static:
             raise BackendError(f"input has symbolic dims {a.type}: compile needs static shapes")
-    return _Codegen(module, prefix).generate()
+    return _Codegen(module, prefix, vector_bits).generate()

@@ -282,7 +282,7 @@ class View:
     ptr: ir.Value       # typed pointer
     dtype: str
     strides: list[int]  # per loop dim, in elements
-    offset: int = 0
+    offset: "int | ir.Value" = 0
 
 
 def coalesce(shape: list[int], stride_sets: list[list[int]]) -> tuple[list[int], list[list[int]]]:
@@ -318,4 +318,4 @@ def loop_nest(b: ir.IRBuilder, shape: Sequence[int], views: Sequence[View], body
                    for base, st in zip(bases, strides)]
             rec(depth + 1, nxt)
 
-    rec(0, [i64(v.offset) for v in views])
+    rec(0, [v.offset if isinstance(v.offset, ir.Value) else i64(v.offset) for v in views])

@@ -17,6 +17,7 @@ from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
 from ...ir.types import TensorType
 from .emit import (F32, I1, I64, REDUCE, REG_TYPES, View, broadcast_strides, contiguous_strides,
                    emit_program, fconst, i64, intrinsic, load, loop_nest, store)
+from .gemm import emit_gemm
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
 
@@ -29,6 +30,8 @@ class KernelArgs:
     in_types: list[TensorType]
     attrs: dict
     consts: dict[int, float] = field(default_factory=dict)  # operand index -> inlined scalar
+    vw: int = 4                         # f32 lanes of the target's vector registers
+    scratch: ir.Value | None = None     # i8* scratch memory (see scratch_bytes)
 
 
 # -- elementwise ----------------------------------------------------------------------------
@@ -67,11 +70,55 @@ def k_fused(b, k: KernelArgs):
 
 
 def _epilogue(b, k: KernelArgs, n_main: int):
+    """Apply the post program to the whole result in place (after a direct kernel)."""
     post = k.attrs.get("post") or []
     if post:
         consts = {i - n_main: v for i, v in k.consts.items() if i >= n_main}
         emit_elementwise(b, k.out, k.out_type, k.ins[n_main:], k.in_types[n_main:], consts, post,
                          first_is_out=True)
+
+
+def _row_epilogue(k: KernelArgs, n_main: int, split: int):
+    """An epilogue callback for GEMM row blocks: the result is viewed as rows (the first
+    `split` dims, flattened) x columns (the rest); rows [row0, row0+rows) get the post
+    program while they are in cache. Returns None when there is no post program."""
+    post = k.attrs.get("post") or []
+    if not post:
+        return None
+    shape = list(k.out_type.shape)
+    row_dims, col_dims = shape[:split], shape[split:]
+    consts = {i - n_main: v for i, v in k.consts.items() if i >= n_main}
+    extras = [(p, t) for i, (p, t) in enumerate(zip(k.ins[n_main:], k.in_types[n_main:])) if i not in consts]
+    strides = [contiguous_strides(shape)] + [broadcast_strides(t.shape, shape) for _, t in extras]
+    ptrs = [k.out] + [p for p, _ in extras]
+    dtypes = [k.out_type.dtype] + [t.dtype for _, t in extras]
+    all_types = [t.dtype for t in k.in_types[n_main:]]
+
+    def run(b, row0, rows):
+        with for_range(b, rows, name="er") as rr:
+            r = b.add(row0, rr)
+            offs = [i64(0)] * len(ptrs)
+            rem = r
+            for d in reversed(range(split)):  # coordinates of flat row r
+                coord = b.srem(rem, i64(row_dims[d])) if d else rem
+                rem = b.sdiv(rem, i64(row_dims[d]))
+                offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
+            views = [View(p, dt, st[split:], o) for p, dt, st, o in zip(ptrs, dtypes, strides, offs)]
+
+            def body(b, idx):
+                vals, vi = [load(b, k.out, idx[0], k.out_type.dtype)], 1
+                for i in range(len(all_types)):
+                    if i in consts:
+                        t = all_types[i]
+                        vals.append(fconst(t, consts[i]) if t in ("f32", "f16", "f64")
+                                    else ir.Constant(REG_TYPES[t], int(consts[i])))
+                    else:
+                        vals.append(load(b, views[vi].ptr, idx[vi], views[vi].dtype))
+                        vi += 1
+                res, _ = emit_program(b, post, vals, [k.out_type.dtype] + all_types)
+                store(b, res, k.out, idx[0], k.out_type.dtype)
+            loop_nest(b, col_dims, views, body)
+    return run
 
 
 def _zero(b, ptr, start, count, dtype):
@@ -84,36 +131,26 @@ def k_matmul(b, k: KernelArgs):
     at, bt = k.in_types[:2]
     ot = k.out_type
     m, kk, n = at.shape[-2], at.shape[-1], bt.shape[-1]
-    batch = list(ot.shape[:-2])
-    a_str = broadcast_strides(tuple(at.shape[:-2]), batch)
-    b_str = broadcast_strides(tuple(bt.shape[:-2]), batch)
-    a_str = [s * m * kk for s in a_str]
-    b_str = [s * kk * n for s in b_str]
-    o_str = [s * m * n for s in contiguous_strides(batch)]
     A, B, O = k.ins[0], k.ins[1], k.out
-    dt = ot.dtype
+    ety = REG_TYPES[ot.dtype]
+    if ot.dtype != "f32":
+        raise BackendError(f"cuvil.matmul on {ot.dtype} is not supported by the backend yet")
+    if bt.rank == 2:
+        # B is shared by every batch: one GEMM over all rows of A.
+        rows = at.numel // kk
+        emit_gemm(b, A, i64(0), kk, B, i64(0), n, O, i64(0), n, rows, n, kk, k.vw, ety,
+                  _row_epilogue(k, 2, ot.rank - 1))
+        return
+    batch = list(ot.shape[:-2])
+    a_str = [s * m * kk for s in broadcast_strides(tuple(at.shape[:-2]), batch)]
+    b_str = [s * kk * n for s in broadcast_strides(tuple(bt.shape[:-2]), batch)]
+    o_str = [s * m * n for s in contiguous_strides(batch)]
 
     def body(b, idx):
         oa, ob, oo = idx
-        with for_range(b, m, name="i") as i:
-            row = b.add(oo, b.mul(i, i64(n)))
-            arow = b.add(oa, b.mul(i, i64(kk)))
-            _zero(b, O, row, n, dt)
-            with for_range(b, kk, name="k") as kx:
-                a = load(b, A, b.add(arow, kx), dt)
-                brow = b.add(ob, b.mul(kx, i64(n)))
-                with for_range(b, n, name="j") as j:
-                    o_idx = b.add(row, j)
-                    acc = load(b, O, o_idx, dt)
-                    acc = b.fadd(acc, b.fmul(a, load(b, B, b.add(brow, j), dt), flags=("contract",)),
-                                 flags=("contract",))
-                    store(b, acc, O, o_idx, dt)
+        emit_gemm(b, A, oa, kk, B, ob, n, O, oo, n, m, n, kk, k.vw, ety)
 
-    views = [View(A, dt, a_str), View(B, dt, b_str), View(O, dt, o_str)]
-    if batch:
-        loop_nest(b, batch, views, body)
-    else:
-        body(b, [i64(0), i64(0), i64(0)])
+    loop_nest(b, batch, [View(A, "f32", a_str), View(B, "f32", b_str), View(O, "f32", o_str)], body)
     _epilogue(b, k, 2)
 
 
@@ -133,7 +170,84 @@ def _range_for_tap(b, tap_off, stride, size, out_size):
     return lo, hi
 
 
+def conv_geometry(x: TensorType, w: TensorType, out: TensorType, attrs):
+    n, c, h, wd = x.shape
+    oc, icg, kh, kw = w.shape
+    g = attrs["groups"]
+    (sh, sw), (pt, pl, _, _) = attrs["stride"], attrs["pads"]
+    pointwise = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and tuple(out.shape[2:]) == (h, wd)
+    gemm = icg * kh * kw >= 4 and oc // g >= 4
+    return pointwise, gemm
+
+
+def scratch_bytes(op) -> int:
+    """Scratch memory a kernel needs while it runs (the memory planner reserves it)."""
+    if op.name != "cuvil.conv2d":
+        return 0
+    x, w = (v.type for v in op.operands[:2])
+    pointwise, gemm = conv_geometry(x, w, op.result.type, op.attrs)
+    if pointwise or not gemm:
+        return 0
+    _, icg, kh, kw = w.shape
+    return icg * kh * kw * op.result.type.shape[2] * op.result.type.shape[3] * x.itemsize
+
+
+def _im2col(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt):
+    """S[(ic*kh + ky)*kw + kx, y*ow + x] = X[ic, y*sh - pt + ky*dh, x*sw - pl + kx*dw] or 0."""
+    zero = fconst(dt, 0.0)
+    with for_range(b, icg * kh * kw, name="r") as r:
+        ic = b.sdiv(r, i64(kh * kw))
+        ky = b.srem(b.sdiv(r, i64(kw)), i64(kh))
+        kx = b.srem(r, i64(kw))
+        toff_h = b.sub(b.mul(ky, i64(dh)), i64(pt))
+        toff_w = b.sub(b.mul(kx, i64(dw)), i64(pl))
+        xplane = b.add(xplane0, b.mul(ic, i64(h * w)))
+        srow = b.mul(r, i64(oh * ow))
+        with for_range(b, oh, name="y") as y:
+            iy = b.add(b.mul(y, i64(sh)), toff_h)
+            oky = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
+            xrow = b.add(xplane, b.mul(b.select(oky, iy, i64(0)), i64(w)))
+            dst = b.add(srow, b.mul(y, i64(ow)))
+            with for_range(b, ow, name="x") as x:
+                ix = b.add(b.mul(x, i64(sw)), toff_w)
+                ok = b.and_(oky, b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w))))
+                v = load(b, X, b.add(xrow, b.select(ok, ix, i64(0))), dt)
+                store(b, b.select(ok, v, zero), S, b.add(dst, x), dt)
+
+
 def k_conv2d(b, k: KernelArgs):
+    xt, wt = k.in_types[:2]
+    pointwise, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
+    if not gemm or k.out_type.dtype != "f32":
+        return k_conv2d_direct(b, k)
+    n, c, h, w = xt.shape
+    oc, icg, kh, kw = wt.shape
+    _, _, oh, ow = k.out_type.shape
+    g = k.attrs["groups"]
+    ocg, kdim, p = oc // g, icg * kh * kw, oh * ow
+    (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
+    X, W, O, dt = k.ins[0], k.ins[1], k.out, k.out_type.dtype
+    S = None
+    if not pointwise:
+        if k.scratch is None:
+            raise BackendError("cuvil.conv2d needs scratch memory: run the memory-plan pass with scratch sizes")
+        S = b.bitcast(k.scratch, X.type)
+    epi = _row_epilogue(k, 2, 2)
+    with for_range(b, n * g, name="ng") as ng:
+        ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))
+        xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
+        row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
+        if pointwise:
+            B, b_off = X, xplane0
+        else:
+            _im2col(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt)
+            B, b_off = S, i64(0)
+        rows_epi = None if epi is None else (lambda bb, r0, mr: epi(bb, bb.add(row_base, r0), mr))
+        emit_gemm(b, W, b.mul(gi, i64(ocg * kdim)), kdim, B, b_off, p, O, b.mul(row_base, i64(p)), p,
+                  ocg, p, kdim, k.vw, REG_TYPES[dt], rows_epi)
+
+
+def k_conv2d_direct(b, k: KernelArgs):
     xt, wt = k.in_types[:2]
     n, c, h, w = xt.shape
     oc, icg, kh, kw = wt.shape
