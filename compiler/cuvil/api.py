@@ -67,14 +67,15 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     from .backend.llvm.link import link_shared
     from .backend.llvm.target import compile_to_object, host_target
     from .backend.llvm.weights import weights_object
-    from .passes.pipeline import run_pipeline
+    from .backend.llvm.kernels import scratch_bytes
+    from .passes.pipeline import default_pipeline, run_pipeline
 
     if quantization not in QUANTIZATION_MODES:
         raise CuvilError(f"quantization {quantization!r} is not supported (supported: {', '.join(QUANTIZATION_MODES)})")
     if not isinstance(threads, int) or threads < 1:
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
     ir_module = _to_ir(module, example_inputs)
-    run_pipeline(ir_module)
+    run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
     target = target or host_target()
     gen = generate(ir_module, prefix, vector_bits(target))
     obj = compile_to_object(gen.llvm_ir, target)

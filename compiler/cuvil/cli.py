@@ -12,12 +12,13 @@ from .errors import CuvilError
 
 def _cmd_inspect(args) -> int:
     from .ir import print_module, read_bundle
-    from .passes.pipeline import run_pipeline
+    from .backend.llvm.kernels import scratch_bytes
+    from .passes.pipeline import default_pipeline, run_pipeline
 
     module = read_bundle(args.bundle)
     weights = module.weights()
     if not args.raw:
-        run_pipeline(module)
+        run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
     if not args.summary:
         sys.stdout.write(print_module(module))
     fn = module.main

@@ -22,7 +22,7 @@ from .emit import I8, I64, MEM_TYPES, PTR, i64
 from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
 from .weights import WEIGHTS_ALIGN, declare_weights
 
-_PLAN_ATTRS = ("arena_offset", "alias", "scratch_offset")
+_PLAN_ATTRS = ("arena_offset", "alias", "scratch_offset", "scratch_bytes")
 
 
 @dataclass

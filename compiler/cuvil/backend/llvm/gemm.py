@@ -91,6 +91,10 @@ def emit_gemm(b, A, a_off, lda, B, b_off, ldb, C, c_off, ldc, M, N, K, vw, ety, 
         if rest_v:
             _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, i64(j0), K, mr, rest_v, vw, ety)
         j0 += rest_v * vw
+        if vw > 4 and (N - j0) >= 4:  # narrow vectors before the scalar tail
+            q = (N - j0) // 4
+            _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, i64(j0), K, mr, q, 4, ety)
+            j0 += q * 4
         if N - j0:
             _scalar_cols(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, i64(j0), N - j0, K, mr, ety)
         if epilogue is not None:
