@@ -61,8 +61,11 @@ def _FunctionModule(fn):
 
 
 def compile(module, example_inputs: Sequence = (), *, quantization: str = "none", threads: int = 1,
-            target=None, prefix: str = "cuvil_model") -> "CompiledModel":
-    """Capture (if needed), optimise, generate native code, link it and load it."""
+            target=None, prefix: str = "cuvil_model", jit: bool = False) -> "CompiledModel":
+    """Capture (if needed), optimise, generate native code, link it and load it.
+
+    With `jit=True` the same LLVM IR is JIT-compiled in-process instead of linked into a
+    shared library (for tests; the deployed artifacts always go through the linker)."""
     from .backend.llvm.codegen import generate, vector_bits
     from .backend.llvm.link import link_shared
     from .backend.llvm.target import compile_to_object, host_target
@@ -78,6 +81,10 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
     target = target or host_target()
     gen = generate(ir_module, prefix, vector_bits(target))
+    if jit:
+        from .backend.llvm.jit import JitEngine
+        engine = JitEngine(gen, target)
+        return CompiledModel(engine, gen, ir_module, threads, forward=engine.forward)
     obj = compile_to_object(gen.llvm_ir, target)
     wobj = weights_object(f"{prefix}_weights", gen.weights, target)
     with tempfile.TemporaryDirectory(prefix="cuvil-") as tmp:
@@ -92,11 +99,13 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
 class CompiledModel:
     """A compiled model loaded in-process. Call it with NumPy arrays; returns a tuple."""
 
-    def __init__(self, lib, gen, ir_module: Module, threads: int = 1):
-        self._lib = lib
-        self._forward = getattr(lib, f"{gen.prefix}_forward")
-        self._forward.restype = None
-        self._forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    def __init__(self, lib, gen, ir_module: Module, threads: int = 1, forward=None):
+        self._lib = lib  # keeps the library (or JIT engine) alive
+        if forward is None:
+            forward = getattr(lib, f"{gen.prefix}_forward")
+            forward.restype = None
+            forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self._forward = forward
         self.inputs: list[tuple[str, TensorType]] = gen.inputs
         self.outputs: list[tuple[str, TensorType]] = gen.outputs
         self.arena_size = gen.arena_size

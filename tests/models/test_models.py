@@ -88,3 +88,13 @@ def test_wrong_input_shape_is_a_clear_error():
         compiled(np.zeros((2, 784), np.float32))
     with pytest.raises(cuvil.CuvilError, match="takes 1 inputs"):
         compiled()
+
+
+@pytest.mark.parametrize("name", ["se_cnn", "vit"])
+def test_jit_path_matches_the_linked_library_bit_for_bit(name):
+    model, inputs = ZOO[name](0)
+    linked = cuvil.compile(model, inputs)
+    jitted = cuvil.compile(model, inputs, jit=True)
+    xs = [x.numpy() for x in inputs]
+    for a, b in zip(linked(*xs), jitted(*xs)):
+        np.testing.assert_array_equal(a, b)
