@@ -118,6 +118,18 @@ class _Codegen:
         self.kernels[key] = f
         return f
 
+    def serial_parallel_for(self):
+        """A weak, serial `cuvil_parallel_for` so the object also links without the
+        runtime; the runtime's thread pool (a strong definition) replaces it."""
+        fn = self.mod.globals.get("cuvil_parallel_for")
+        if fn is None:
+            return
+        fn.linkage = "weak"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        task, ctx, n = fn.args
+        b.call(task, [ctx, i64(0), n])
+        b.ret_void()
+
     def generate(self) -> Generated:
         fn = self.fn
         self.layout_weights()
@@ -181,6 +193,7 @@ class _Codegen:
             memcpy = self.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
             b.call(memcpy, [out_ptrs[j], where(v), i64(n), ir.Constant(ir.IntType(1), 0)])
         b.ret_void()
+        self.serial_parallel_for()
         return Generated(llvm_ir=str(self.mod), weights=bytes(self.blob), prefix=self.prefix,
                          arena_size=int(fn.attrs.get("arena_size", 0)),
                          inputs=list(zip(fn.input_names, [a.type for a in fn.args])),
@@ -256,6 +269,7 @@ def generate(self) -> Generated:
             memcpy = self.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
             b.call(memcpy, [out_ptrs[j], where(v), i64(n), ir.Constant(ir.IntType(1), 0)])
         b.ret_void()
+        self.serial_parallel_for()
         return Generated(llvm_ir=str(self.mod), weights=bytes(self.blob), prefix=self.prefix,
                          arena_size=int(fn.attrs.get("arena_size", 0)),
                          inputs=list(zip(fn.input_names, [a.type for a in fn.args])),

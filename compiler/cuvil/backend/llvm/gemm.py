@@ -73,9 +73,16 @@ def micro_shape(vw: int) -> tuple[int, int]:
     return 4, 3       # 128-bit (NEON, SIMD128, SSE): 12 of 16/32 registers
 
 
-def emit_gemm(b, A, a_off, lda, B, b_off, ldb, C, c_off, ldc, M, N, K, vw, ety, epilogue=None):
+def row_blocks(M: int, vw: int) -> int:
+    """How many row blocks emit_gemm splits M rows into (the unit of parallel work)."""
+    return -(-M // micro_shape(vw)[0])
+
+
+def emit_gemm(b, A, a_off, lda, B, b_off, ldb, C, c_off, ldc, M, N, K, vw, ety, epilogue=None,
+              blocks=None):
     """Emit C = A @ B. Offsets are i64 values (elements); lda/ldb/ldc, M, N, K ints.
-    `epilogue(b, row0, rows)` runs after each finished row block (row0: i64 value)."""
+    `epilogue(b, row0, rows)` runs after each finished row block (row0: i64 value).
+    `blocks=(begin, end)` (i64 values) limits the work to those row blocks."""
     mr_full, nv_full = micro_shape(vw)
     nr = nv_full * vw
 
@@ -101,8 +108,13 @@ def emit_gemm(b, A, a_off, lda, B, b_off, ldb, C, c_off, ldc, M, N, K, vw, ety, 
             epilogue(b, row0, mr)
 
     full_rows = M // mr_full
+    begin, end = blocks if blocks is not None else (i64(0), i64(row_blocks(M, vw)))
     if full_rows:
-        with for_range(b, full_rows, name="ib") as ib:
+        full_end = b.select(b.icmp_signed("<", end, i64(full_rows)), end, i64(full_rows))
+        with for_range(b, full_end, start=begin, name="ib") as ib:
             row_block(b.mul(ib, i64(mr_full)), mr_full)
     if M % mr_full:
-        row_block(i64(full_rows * mr_full), M % mr_full)
+        last = i64(full_rows)
+        has_last = b.and_(b.icmp_signed("<=", begin, last), b.icmp_signed(">", end, last))
+        with b.if_then(has_last):
+            row_block(i64(full_rows * mr_full), M % mr_full)

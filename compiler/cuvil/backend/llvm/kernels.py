@@ -15,9 +15,9 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
 from ...ir.types import TensorType
-from .emit import (F32, I1, I64, REDUCE, REG_TYPES, View, broadcast_strides, contiguous_strides,
+from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, contiguous_strides,
                    emit_program, fconst, i64, intrinsic, load, loop_nest, store)
-from .gemm import emit_gemm
+from .gemm import emit_gemm, row_blocks
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
 
@@ -65,8 +65,28 @@ def emit_elementwise(b: ir.IRBuilder, out: ir.Value, out_type: TensorType, ins, 
     loop_nest(b, shape, views, body)
 
 
+PARALLEL_MIN_ELEMENTS = 1 << 15
+
+
 def k_fused(b, k: KernelArgs):
-    emit_elementwise(b, k.out, k.out_type, k.ins, k.in_types, k.consts, k.attrs["program"])
+    shape = list(k.out_type.shape)
+    total = prod(shape)
+    split = next((d + 1 for d in range(len(shape)) if prod(shape[:d + 1]) >= 16), 0)
+    if total < PARALLEL_MIN_ELEMENTS or not split or split == len(shape):
+        emit_elementwise(b, k.out, k.out_type, k.ins, k.in_types, k.consts, k.attrs["program"])
+        return
+    outer, inner = shape[:split], shape[split:]
+    full = [[1] * (len(shape) - t.rank) + list(t.shape) for t in k.in_types]
+    strides = [contiguous_strides(shape)] + [broadcast_strides(t.shape, shape) for t in k.in_types]
+    sub_types = [TensorType(tuple(f[split:]), t.dtype) for f, t in zip(full, k.in_types)]
+
+    def body(b, k2, i, _):
+        offs = flat_offsets(b, i, outer, strides)
+        out = b.gep(k2.out, [offs[0]], inbounds=True)
+        ins = [None if p is None else b.gep(p, [o], inbounds=True) for p, o in zip(k2.ins, offs[1:])]
+        emit_elementwise(b, out, TensorType(tuple(inner), k.out_type.dtype), ins, sub_types, k.consts,
+                         k.attrs["program"])
+    parallel(b, k, prod(outer), body)
 
 
 def _epilogue(b, k: KernelArgs, n_main: int):
@@ -126,6 +146,60 @@ def _zero(b, ptr, start, count, dtype):
         store(b, fconst(dtype, 0.0), ptr, b.add(start, j), dtype)
 
 
+# -- parallel loops -----------------------------------------------------------------------------
+TASK_FN = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
+
+
+def parallel_for_decl(module: ir.Module) -> ir.Function:
+    """The runtime's `cuvil_parallel_for(fn, ctx, n)`."""
+    fn = module.globals.get("cuvil_parallel_for")
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [TASK_FN.as_pointer(), PTR, I64]),
+                         name="cuvil_parallel_for")
+    return fn
+
+
+def parallel(b, k: KernelArgs, count: int, body, extras=()):
+    """Run body(b, k, i, extras) for i in [0, count) split across the runtime's threads.
+
+    The body is emitted into its own task function: it must use only the KernelArgs it
+    is given (pointers rebuilt inside the task) and the `extras` i64 values passed in."""
+    ptrs = [k.out] + [p for p in k.ins if p is not None] + ([k.scratch] if k.scratch is not None else [])
+    task = ir.Function(b.module, TASK_FN, name=b.module.get_unique_name(f"{b.function.name}.task"))
+    task.linkage = "internal"
+    task.attributes.add("nounwind")
+    slots = len(ptrs) + len(extras)
+    ctx_t = ir.ArrayType(I64, max(slots, 1))
+    ctx = alloca_in_entry(b, ctx_t)
+    for i, v in enumerate([b.ptrtoint(p, I64) for p in ptrs] + list(extras)):
+        b.store(v, b.gep(ctx, [i64(0), ir.Constant(ir.IntType(32), i)]))
+    b.call(parallel_for_decl(b.module), [task, b.bitcast(ctx, PTR), i64(count)])
+
+    tb = ir.IRBuilder(task.append_basic_block("entry"))
+    tctx = tb.bitcast(task.args[0], ctx_t.as_pointer())
+    vals = [tb.load(tb.gep(tctx, [i64(0), ir.Constant(ir.IntType(32), i)])) for i in range(slots)]
+    rebuilt = [tb.inttoptr(v, p.type) for v, p in zip(vals, ptrs)]
+    it = iter(rebuilt[1:])
+    k2 = KernelArgs(out=rebuilt[0], out_type=k.out_type,
+                    ins=[None if p is None else next(it) for p in k.ins], in_types=k.in_types,
+                    attrs=k.attrs, consts=k.consts, vw=k.vw,
+                    scratch=rebuilt[-1] if k.scratch is not None else None)
+    with for_range(tb, task.args[2], start=task.args[1], name="t") as i:
+        body(tb, k2, i, vals[len(ptrs):])
+    tb.ret_void()
+
+
+def flat_offsets(b, flat, shape, stride_sets):
+    """Element offsets, one per stride set, of the row-major flat index `flat` in `shape`."""
+    offs = [i64(0)] * len(stride_sets)
+    rem = flat
+    for d in reversed(range(len(shape))):
+        coord = b.srem(rem, i64(shape[d])) if d else rem
+        rem = b.sdiv(rem, i64(shape[d]))
+        offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, stride_sets)]
+    return offs
+
+
 # -- matmul --------------------------------------------------------------------------------
 def k_matmul(b, k: KernelArgs):
     at, bt = k.in_types[:2]
@@ -136,21 +210,26 @@ def k_matmul(b, k: KernelArgs):
     if ot.dtype != "f32":
         raise BackendError(f"cuvil.matmul on {ot.dtype} is not supported by the backend yet")
     if bt.rank == 2:
-        # B is shared by every batch: one GEMM over all rows of A.
+        # B is shared by every batch: one GEMM over all rows of A, row blocks in parallel.
         rows = at.numel // kk
-        emit_gemm(b, A, i64(0), kk, B, i64(0), n, O, i64(0), n, rows, n, kk, k.vw, ety,
-                  _row_epilogue(k, 2, ot.rank - 1))
+
+        def gemm_block(b, k2, ib, _):
+            emit_gemm(b, k2.ins[0], i64(0), kk, k2.ins[1], i64(0), n, k2.out, i64(0), n, rows, n, kk,
+                      k2.vw, ety, _row_epilogue(k2, 2, ot.rank - 1), blocks=(ib, b.add(ib, i64(1))))
+        parallel(b, k, row_blocks(rows, k.vw), gemm_block)
         return
     batch = list(ot.shape[:-2])
-    a_str = [s * m * kk for s in broadcast_strides(tuple(at.shape[:-2]), batch)]
-    b_str = [s * kk * n for s in broadcast_strides(tuple(bt.shape[:-2]), batch)]
-    o_str = [s * m * n for s in contiguous_strides(batch)]
+    a_str = [s_ * m * kk for s_ in broadcast_strides(tuple(at.shape[:-2]), batch)]
+    b_str = [s_ * kk * n for s_ in broadcast_strides(tuple(bt.shape[:-2]), batch)]
+    o_str = [s_ * m * n for s_ in contiguous_strides(batch)]
+    nb = row_blocks(m, k.vw)
 
-    def body(b, idx):
-        oa, ob, oo = idx
-        emit_gemm(b, A, oa, kk, B, ob, n, O, oo, n, m, n, kk, k.vw, ety)
-
-    loop_nest(b, batch, [View(A, "f32", a_str), View(B, "f32", b_str), View(O, "f32", o_str)], body)
+    def batch_block(b, k2, t, _):
+        bi, ib = b.sdiv(t, i64(nb)), b.srem(t, i64(nb))
+        oa, ob, oo = flat_offsets(b, bi, batch, [a_str, b_str, o_str])
+        emit_gemm(b, k2.ins[0], oa, kk, k2.ins[1], ob, n, k2.out, oo, n, m, n, kk, k2.vw, ety,
+                  blocks=(ib, b.add(ib, i64(1))))
+    parallel(b, k, prod(batch) * nb, batch_block)
     _epilogue(b, k, 2)
 
 
@@ -192,10 +271,12 @@ def scratch_bytes(op) -> int:
     return icg * kh * kw * op.result.type.shape[2] * op.result.type.shape[3] * x.itemsize
 
 
-def _im2col(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt):
-    """S[(ic*kh + ky)*kw + kx, y*ow + x] = X[ic, y*sh - pt + ky*dh, x*sw - pl + kx*dw] or 0."""
+def _im2col(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, rows=None):
+    """S[(ic*kh + ky)*kw + kx, y*ow + x] = X[ic, y*sh - pt + ky*dh, x*sw - pl + kx*dw] or 0,
+    for the rows in [rows[0], rows[1]) (i64 values; default all)."""
     zero = fconst(dt, 0.0)
-    with for_range(b, icg * kh * kw, name="r") as r:
+    r0, r1 = rows if rows is not None else (i64(0), i64(icg * kh * kw))
+    with for_range(b, r1, start=r0, name="r") as r:
         ic = b.sdiv(r, i64(kh * kw))
         ky = b.srem(b.sdiv(r, i64(kw)), i64(kh))
         kx = b.srem(r, i64(kw))
@@ -226,25 +307,25 @@ def k_conv2d(b, k: KernelArgs):
     g = k.attrs["groups"]
     ocg, kdim, p = oc // g, icg * kh * kw, oh * ow
     (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
-    X, W, O, dt = k.ins[0], k.ins[1], k.out, k.out_type.dtype
-    S = None
-    if not pointwise:
-        if k.scratch is None:
-            raise BackendError("cuvil.conv2d needs scratch memory: run the memory-plan pass with scratch sizes")
-        S = b.bitcast(k.scratch, X.type)
-    epi = _row_epilogue(k, 2, 2)
+    dt = k.out_type.dtype
     with for_range(b, n * g, name="ng") as ng:
         ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
         row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
-        if pointwise:
-            B, b_off = X, xplane0
-        else:
-            _im2col(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt)
-            B, b_off = S, i64(0)
-        rows_epi = None if epi is None else (lambda bb, r0, mr: epi(bb, bb.add(row_base, r0), mr))
-        emit_gemm(b, W, b.mul(gi, i64(ocg * kdim)), kdim, B, b_off, p, O, b.mul(row_base, i64(p)), p,
-                  ocg, p, kdim, k.vw, REG_TYPES[dt], rows_epi)
+        if not pointwise:
+            def cols(b, k2, r, ex):
+                _im2col(b, k2.ins[0], ex[0], b.bitcast(k2.scratch, k2.ins[0].type), icg, h, w, kh, kw,
+                        oh, ow, sh, sw, dh, dw, pt, pl, dt, rows=(r, b.add(r, i64(1))))
+            parallel(b, k, icg * kh * kw, cols, [xplane0])
+
+        def gemm_block(b, k2, ib, ex):
+            x0, rb, g_ = ex
+            B, b_off = (k2.ins[0], x0) if pointwise else (b.bitcast(k2.scratch, k2.ins[0].type), i64(0))
+            epi = _row_epilogue(k2, 2, 2)
+            rows_epi = None if epi is None else (lambda bb, r0, mr: epi(bb, bb.add(rb, r0), mr))
+            emit_gemm(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, B, b_off, p, k2.out, b.mul(rb, i64(p)),
+                      p, ocg, p, kdim, k2.vw, REG_TYPES[dt], rows_epi, blocks=(ib, b.add(ib, i64(1))))
+        parallel(b, k, row_blocks(ocg, k.vw), gemm_block, [xplane0, row_base, gi])
 
 
 def k_conv2d_direct(b, k: KernelArgs):
@@ -255,43 +336,45 @@ def k_conv2d_direct(b, k: KernelArgs):
     g = k.attrs["groups"]
     ocg = oc // g
     (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
-    X, W, O = k.ins[0], k.ins[1], k.out
     dt = k.out_type.dtype
     pointwise = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and (oh, ow) == (h, w)
-    with for_range(b, n, name="n") as ni:
-        with for_range(b, oc, name="oc") as o:
-            grp = b.sdiv(o, i64(ocg))
-            plane = b.mul(b.add(b.mul(ni, i64(oc)), o), i64(oh * ow))
-            _zero(b, O, plane, oh * ow, dt)
-            with for_range(b, icg, name="ic") as icx:
-                ch = b.add(b.mul(grp, i64(icg)), icx)
-                xplane = b.mul(b.add(b.mul(ni, i64(c)), ch), i64(h * w))
-                wbase = b.mul(b.add(b.mul(o, i64(icg)), icx), i64(kh * kw))
-                if pointwise:
-                    wv = load(b, W, wbase, dt)
-                    with for_range(b, oh * ow, name="p") as p:
-                        idx = b.add(plane, p)
-                        acc = b.fadd(load(b, O, idx, dt), b.fmul(wv, load(b, X, b.add(xplane, p), dt),
-                                                                 flags=("contract",)), flags=("contract",))
-                        store(b, acc, O, idx, dt)
-                else:
-                    with for_range(b, kh, name="ky") as ky:
-                        toff_h = b.sub(b.mul(ky, i64(dh)), i64(pt))
-                        oh_lo, oh_hi = _range_for_tap(b, toff_h, sh, h, oh)
-                        with for_range(b, kw, name="kx") as kx:
-                            toff_w = b.sub(b.mul(kx, i64(dw)), i64(pl))
-                            ow_lo, ow_hi = _range_for_tap(b, toff_w, sw, w, ow)
-                            wv = load(b, W, b.add(wbase, b.add(b.mul(ky, i64(kw)), kx)), dt)
-                            with for_range(b, oh_hi, start=oh_lo, name="y") as y:
-                                iy = b.add(b.mul(y, i64(sh)), toff_h)
-                                orow = b.add(plane, b.mul(y, i64(ow)))
-                                xrow = b.add(b.add(xplane, b.mul(iy, i64(w))), toff_w)
-                                with for_range(b, ow_hi, start=ow_lo, name="x") as x:
-                                    idx = b.add(orow, x)
-                                    xi = b.add(xrow, b.mul(x, i64(sw)))
-                                    acc = b.fadd(load(b, O, idx, dt), b.fmul(wv, load(b, X, xi, dt),
-                                                                             flags=("contract",)), flags=("contract",))
-                                    store(b, acc, O, idx, dt)
+
+    def plane_body(b, k2, t, _):
+        X, W, O = k2.ins[0], k2.ins[1], k2.out
+        ni, o = b.sdiv(t, i64(oc)), b.srem(t, i64(oc))
+        grp = b.sdiv(o, i64(ocg))
+        plane = b.mul(b.add(b.mul(ni, i64(oc)), o), i64(oh * ow))
+        _zero(b, O, plane, oh * ow, dt)
+        with for_range(b, icg, name="ic") as icx:
+            ch = b.add(b.mul(grp, i64(icg)), icx)
+            xplane = b.mul(b.add(b.mul(ni, i64(c)), ch), i64(h * w))
+            wbase = b.mul(b.add(b.mul(o, i64(icg)), icx), i64(kh * kw))
+            if pointwise:
+                wv = load(b, W, wbase, dt)
+                with for_range(b, oh * ow, name="p") as p:
+                    idx = b.add(plane, p)
+                    acc = b.fadd(load(b, O, idx, dt), b.fmul(wv, load(b, X, b.add(xplane, p), dt),
+                                                             flags=("contract",)), flags=("contract",))
+                    store(b, acc, O, idx, dt)
+            else:
+                with for_range(b, kh, name="ky") as ky:
+                    toff_h = b.sub(b.mul(ky, i64(dh)), i64(pt))
+                    oh_lo, oh_hi = _range_for_tap(b, toff_h, sh, h, oh)
+                    with for_range(b, kw, name="kx") as kx:
+                        toff_w = b.sub(b.mul(kx, i64(dw)), i64(pl))
+                        ow_lo, ow_hi = _range_for_tap(b, toff_w, sw, w, ow)
+                        wv = load(b, W, b.add(wbase, b.add(b.mul(ky, i64(kw)), kx)), dt)
+                        with for_range(b, oh_hi, start=oh_lo, name="y") as y:
+                            iy = b.add(b.mul(y, i64(sh)), toff_h)
+                            orow = b.add(plane, b.mul(y, i64(ow)))
+                            xrow = b.add(b.add(xplane, b.mul(iy, i64(w))), toff_w)
+                            with for_range(b, ow_hi, start=ow_lo, name="x") as x:
+                                idx = b.add(orow, x)
+                                xi = b.add(xrow, b.mul(x, i64(sw)))
+                                acc = b.fadd(load(b, O, idx, dt), b.fmul(wv, load(b, X, xi, dt),
+                                                                         flags=("contract",)), flags=("contract",))
+                                store(b, acc, O, idx, dt)
+    parallel(b, k, n * oc, plane_body)
     _epilogue(b, k, 2)
 
 
