@@ -1,32 +1,101 @@
 """The `cuvil` command line.
 
-    cuvil inspect model.cvir          print the optimised IR and the memory plan
+    cuvil init --template NAME config.yaml          write a commented config template
+    cuvil build --config config.yaml --output OUT    capture + compile + link, cached
+    cuvil capture --config config.yaml --output model.cvir
+    cuvil compile model.cvir --config config.yaml --output-dir DIR
+    cuvil link DIR --kind executable --output OUT
+    cuvil inspect model.cvir                         optimised IR, op counts, arena size
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import os
 import sys
+from pathlib import Path
 
 from .errors import CuvilError
 
+TEMPLATES = ("pytorch-resnet50", "pytorch-mobilenetv2", "pytorch-bert", "pytorch-mlp")
+_PKG = Path(__file__).resolve().parent
+
+
+def _examples_root(config_path: Path) -> str:
+    """Where examples/ lives, relative to the config's directory (for the templates)."""
+    repo = _PKG.parent.parent
+    if not (repo / "examples" / "models").is_dir():
+        return "."
+    return os.path.relpath(repo, config_path.resolve().parent)
+
+
+def _cmd_init(args) -> int:
+    if args.template not in TEMPLATES:
+        raise CuvilError(f"unknown template {args.template!r}; templates: {', '.join(TEMPLATES)}")
+    out = Path(args.file)
+    if out.exists() and not args.force:
+        raise CuvilError(f"{out} exists (use --force to overwrite)")
+    from .build import atomic_write
+    text = (_PKG / "templates" / f"{args.template}.yaml").read_text()
+    atomic_write(out, text.replace("{root}", _examples_root(out)))
+    print(f"wrote {out} (template {args.template})")
+    return 0
+
+
+def _cmd_build(args) -> int:
+    from .build import build
+    from .config import load_config
+    cfg = load_config(args.config)
+    build(cfg, Path(args.output), kind=args.kind, cache_dir=args.cache_dir and Path(args.cache_dir))
+    return 0
+
+
+def _cmd_capture(args) -> int:
+    from .build import capture_to
+    from .config import load_config
+    cfg = load_config(args.config)
+    capture_to(cfg, Path(args.output))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_compile(args) -> int:
+    from .build import compile_bundle, compile_options
+    from .config import load_config
+    opts = compile_options(load_config(args.config))
+    if args.target:
+        opts["target"]["arch"] = args.target
+    manifest = compile_bundle(Path(args.bundle), opts, Path(args.output_dir))
+    print(f"wrote {manifest['prefix']}.o, .weights.o, .h, .json to {args.output_dir}")
+    return 0
+
+
+def _cmd_link(args) -> int:
+    from .build import link_compiled
+    link_compiled(Path(args.compiled), args.kind, Path(args.output), os.environ.get("CC", "cc"))
+    print(f"wrote {args.output}")
+    return 0
+
 
 def _cmd_inspect(args) -> int:
-    from .ir import print_module, read_bundle
     from .backend.llvm.kernels import scratch_bytes
+    from .ir import print_module, read_bundle
     from .passes.pipeline import default_pipeline, run_pipeline
 
     module = read_bundle(args.bundle)
     weights = module.weights()
+    params = sum(int(w.size) for w in weights.values())
+    wbytes = sum(int(w.nbytes) for w in weights.values())
     if not args.raw:
         run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
     if not args.summary:
         sys.stdout.write(print_module(module))
     fn = module.main
-    ops = [op for op in fn.body.ops if op.name not in ("cuvil.constant", "cuvil.return")]
-    print(f"// inputs: " + ", ".join(f"{n} {a.type}" for n, a in zip(fn.input_names, fn.args)))
-    print(f"// outputs: " + ", ".join(f"{n} {v.type}" for n, v in zip(fn.output_names, fn.outputs)))
-    print(f"// ops: {len(ops)}; weights: {len(weights)} tensors, "
-          f"{sum(w.nbytes for w in weights.values())} bytes")
+    counts = collections.Counter(op.name for op in fn.body.ops if op.name not in ("cuvil.constant", "cuvil.return"))
+    print("// inputs: " + ", ".join(f"{n} {a.type}" for n, a in zip(fn.input_names, fn.args)))
+    print("// outputs: " + ", ".join(f"{n} {v.type}" for n, v in zip(fn.output_names, fn.outputs)))
+    print(f"// ops: {sum(counts.values())} (" + ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in sorted(counts.items())) + ")")
+    print(f"// parameters (incl. buffers): {params} in {len(weights)} tensors ({wbytes} bytes)")
     if "arena_size" in fn.attrs:
         print(f"// arena size: {fn.attrs['arena_size']} bytes "
               f"(sum of intermediate tensors: {fn.attrs.get('intermediate_bytes', '?')} bytes)")
@@ -35,12 +104,44 @@ def _cmd_inspect(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cuvil", description="Ahead-of-time compiler for AI models.")
-    sub = p.add_subparsers(dest="command", required=True)
-    ins = sub.add_parser("inspect", help="print a .cvir bundle's optimised IR and memory plan")
-    ins.add_argument("bundle", help="path of a .cvir bundle")
-    ins.add_argument("--raw", action="store_true", help="print the IR as captured, before the passes")
-    ins.add_argument("--summary", action="store_true", help="print only the summary lines")
-    ins.set_defaults(func=_cmd_inspect)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("init", help="write a commented config template")
+    s.add_argument("--template", required=True, help=f"one of: {', '.join(TEMPLATES)}")
+    s.add_argument("file", help="the config file to write")
+    s.add_argument("--force", action="store_true", help="overwrite an existing file")
+    s.set_defaults(func=_cmd_init)
+
+    s = sub.add_parser("build", help="capture, compile and link a config's model (cached)")
+    s.add_argument("--config", required=True)
+    s.add_argument("--output", required=True, help="the artifact to write")
+    s.add_argument("--kind", choices=["executable", "shared", "static"], help="overrides build.artifact")
+    s.add_argument("--cache-dir", help="default: .cuvil-cache next to the config")
+    s.set_defaults(func=_cmd_build)
+
+    s = sub.add_parser("capture", help="framework model -> .cvir bundle")
+    s.add_argument("--config", required=True)
+    s.add_argument("--output", required=True, help="the .cvir file to write")
+    s.set_defaults(func=_cmd_capture)
+
+    s = sub.add_parser("compile", help=".cvir -> object, weights object, header, manifest (no framework)")
+    s.add_argument("bundle", help="a .cvir bundle")
+    s.add_argument("--config", required=True)
+    s.add_argument("--output-dir", required=True)
+    s.add_argument("--target", help="overrides target.arch")
+    s.set_defaults(func=_cmd_compile)
+
+    s = sub.add_parser("link", help="compile-stage outputs -> executable, shared or static library")
+    s.add_argument("compiled", help="the compile stage's output directory")
+    s.add_argument("--kind", choices=["executable", "shared", "static"], default="executable")
+    s.add_argument("--output", required=True)
+    s.set_defaults(func=_cmd_link)
+
+    s = sub.add_parser("inspect", help="print a .cvir bundle's optimised IR, op counts and memory plan")
+    s.add_argument("bundle", help="path of a .cvir bundle")
+    s.add_argument("--raw", action="store_true", help="print the IR as captured, before the passes")
+    s.add_argument("--summary", action="store_true", help="print only the summary lines")
+    s.set_defaults(func=_cmd_inspect)
     return p
 
 
@@ -52,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cuvil: error: {e}", file=sys.stderr)
         return 1
     except FileNotFoundError as e:
-        print(f"cuvil: error: {e.filename}: no such file", file=sys.stderr)
+        print(f"cuvil: error: {e.filename or e}: no such file", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print("cuvil: interrupted", file=sys.stderr)
         return 130
 
 

@@ -143,3 +143,10 @@ def example_inputs(seed: int = 0, batch: int = 1, seq: int = 64,
         attention_mask[i, seq - pad:] = 0
         input_ids[i, seq - pad:] = 0
     return input_ids, attention_mask
+
+
+def cuvil_entry() -> tuple[BertEncoder, tuple[torch.Tensor, torch.Tensor]]:
+    """Entry point for `cuvil build` configs: the small encoder, random weights (seed 0),
+    batch 1, sequence 64."""
+    torch.manual_seed(0)
+    return bert_encoder().eval(), example_inputs()

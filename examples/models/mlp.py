@@ -20,3 +20,9 @@ def example_inputs(seed: int = 0, batch: int = 1, in_features: int = 784) -> tup
     """A seeded ``[batch, in_features]`` float32 batch."""
     gen = torch.Generator().manual_seed(seed)
     return (torch.rand(batch, in_features, generator=gen),)
+
+
+def cuvil_entry() -> tuple[nn.Sequential, tuple[torch.Tensor]]:
+    """Entry point for `cuvil build` configs: the MLP, random weights (seed 0), batch 1."""
+    torch.manual_seed(0)
+    return mlp().eval(), example_inputs()

@@ -162,3 +162,8 @@ def pretrained_mobilenet_v2() -> MobileNetV2:
 def example_inputs(seed: int = 0, batch: int = 1, size: int = 224) -> tuple[torch.Tensor]:
     """A seeded ``[batch, 3, size, size]`` float32 image batch."""
     return image_batch(batch, size, seed)
+
+
+def cuvil_entry() -> tuple[MobileNetV2, tuple[torch.Tensor]]:
+    """Entry point for `cuvil build` configs: MobileNetV2 with the ImageNet weights."""
+    return pretrained_mobilenet_v2(), example_inputs()

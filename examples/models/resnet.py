@@ -119,3 +119,9 @@ def resnet50(num_classes: int = 1000) -> ResNet:
 def example_inputs(seed: int = 0, batch: int = 1, size: int = 224) -> tuple[torch.Tensor]:
     """A seeded ``[batch, 3, size, size]`` float32 image batch."""
     return image_batch(batch, size, seed)
+
+
+def cuvil_entry() -> tuple[ResNet, tuple[torch.Tensor]]:
+    """Entry point for `cuvil build` configs: ResNet-50, random weights (seed 0)."""
+    torch.manual_seed(0)
+    return resnet50().eval(), example_inputs()

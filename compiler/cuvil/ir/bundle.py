@@ -24,6 +24,12 @@ _NP = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4", "I8
 _MAX_HEADER = 100 << 20
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _st_dtype(arr: np.ndarray) -> str:
     from .types import dtype_of
     return _ST_DTYPES[dtype_of(arr)]
@@ -52,6 +58,7 @@ def write_bundle(module: Module, path: str | os.PathLike) -> None:
             f.write(head)
             for b in blobs:
                 f.write(b)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
