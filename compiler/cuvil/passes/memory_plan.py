@@ -1,0 +1,208 @@
+"""memory-plan: place every intermediate tensor at a fixed offset in one arena.
+
+Contract with the backend (codegen reads these attributes):
+- every op result that is neither a constant nor returned gets `attrs["arena_offset"]`
+  (bytes, a multiple of ALIGN); returned values go straight to the caller's buffers;
+- a `cuvil.reshape` of an arena value whose result is not returned is an alias:
+  `attrs["alias"] = True` and its operand's offset; the operand lives as long as it;
+- a `cuvil.fused` op may write over an operand of its own shape and dtype that dies at
+  it (no later use, not aliased): it then has that operand's offset;
+- `scratch(op) > 0` reserves bytes live only during op: `attrs["scratch_offset"]`
+  (and `attrs["scratch_bytes"]`);
+- `fn.attrs["arena_size"]` is the arena's size (a multiple of ALIGN) and
+  `fn.attrs["intermediate_bytes"]` the sum of the sizes of all tensors placed in it
+  (what one buffer per tensor would need), for reports.
+
+Tensors are placed greedily, largest first, each at the lowest offset of the smallest
+gap between the tensors already placed whose lifetimes overlap its own (best fit).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..errors import CuvilError
+from ..ir import Function, Module, Op, Value
+
+ALIGN = 64
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A block of arena memory: one tensor, its aliases and in-place successors, or one
+    op's scratch; live from op index `start` to `end` inclusive."""
+    start: int
+    end: int
+    size: int
+    values: list[Value] = field(default_factory=list)
+    has_alias: bool = False
+    offset: int = -1
+
+    def overlaps(self, other: "Buffer") -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+def _nbytes(v: Value, op: Op) -> int:
+    if not v.type.is_static:
+        raise CuvilError(f"memory planning needs static shapes: {op.name}{' (' + op.loc + ')' if op.loc else ''} "
+                         f"yields {v.type}")
+    return v.type.nbytes
+
+
+def _place(buffers: list[Buffer]) -> int:
+    """Give each buffer an offset (greedy by size, best fit); returns the arena size."""
+    placed: list[Buffer] = []
+    for buf in sorted(buffers, key=lambda b: (-b.size, b.start, b.end)):
+        best, prev_end = None, 0
+        for other in sorted((p for p in placed if p.overlaps(buf)), key=lambda p: p.offset):
+            gap = other.offset - prev_end
+            if gap >= buf.size and (best is None or gap < best[0]):
+                best = (gap, prev_end)
+            prev_end = max(prev_end, other.offset + other.size)
+        buf.offset = best[1] if best else prev_end
+        placed.append(buf)
+    return max((b.offset + b.size for b in placed), default=0)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    name = "memory-plan"
+    scratch: Optional[Callable[[Op], int]] = None
+    in_place: bool = True
+
+    def apply(self, module: Module) -> None:
+        for fn in module.functions.values():
+            self.plan(fn)
+
+    def plan(self, fn: Function) -> None:
+        ops = fn.body.ops
+        last_use = {}
+        for i, op in enumerate(ops):
+            for v in op.operands:
+                last_use[id(v)] = i
+        returned = {id(v) for v in fn.outputs}
+        home: dict[int, Buffer] = {}  # value id -> its buffer
+        buffers: list[Buffer] = []
+        scratch: list[tuple[Op, Buffer]] = []
+        for i, op in enumerate(ops):
+            for key in ("arena_offset", "alias", "scratch_offset", "scratch_bytes"):
+                op.attrs.pop(key, None)
+            if op.name in ("cuvil.constant", "cuvil.return"):
+                continue
+            if len(op.results) != 1:
+                raise CuvilError(f"memory planning supports single-result ops, not {op.name}")
+            r = op.result
+            extra = self.scratch(op) if self.scratch else 0
+            if extra > 0:
+                scratch.append((op, Buffer(i, i, _align(extra))))
+            if id(r) in returned:
+                continue
+            buf = self._reuse(op, i, home, last_use)
+            if buf is None:
+                buf = Buffer(i, i, _align(_nbytes(r, op)))
+                buffers.append(buf)
+            elif op.name == "cuvil.reshape":
+                op.attrs["alias"] = True
+                buf.has_alias = True
+            buf.values.append(r)
+            buf.end = max(buf.end, last_use.get(id(r), i))
+            home[id(r)] = buf
+        size = _place(buffers + [b for _, b in scratch])
+        for buf in buffers:
+            for v in buf.values:
+                v.defining_op.attrs["arena_offset"] = buf.offset
+        for op, buf in scratch:
+            op.attrs["scratch_offset"], op.attrs["scratch_bytes"] = buf.offset, buf.size
+        fn.attrs["arena_size"] = _align(size)
+        fn.attrs["intermediate_bytes"] = sum(v.type.nbytes for buf in buffers for v in buf.values
+                                             if not v.defining_op.attrs.get("alias"))
+
+    def _reuse(self, op: Op, i: int, home: dict, last_use: dict) -> Buffer | None:
+        """The buffer op's result shares: its operand's for a reshape alias, a dying
+        operand's for an in-place fused op; else None."""
+        if op.name == "cuvil.reshape":
+            return home.get(id(op.operands[0]))
+        if op.name != "cuvil.fused" or not self.in_place:
+            return None
+        r = op.result
+        for v in op.operands:
+            buf = home.get(id(v))
+            if buf is None or buf.has_alias or (v.shape, v.dtype) != (r.shape, r.dtype):
+                continue
+            if buf.end == i and all(home.get(id(w)) is not buf for w in op.operands if w is not v):
+                return buf
+        return None
+
+
+@dataclass(eq=False)
+class _Span:
+    """For check_plan: bytes [lo, hi) owned by `owner` (None: scratch), live over op
+    indices [start, end]; `at` is the index of the op that writes them."""
+    start: int
+    end: int
+    lo: int
+    hi: int
+    owner: Optional[Value]
+    at: int
+
+    def clashes(self, other: "_Span") -> bool:
+        return self.lo < other.hi and other.lo < self.hi and self.start <= other.end and other.start <= self.end
+
+
+def check_plan(fn: Function) -> None:
+    """Assert that no two tensors (or scratch areas) that are live at the same time
+    share arena bytes, except a reshape alias and its operand, and a fused op's result
+    and the same-shaped operand it overwrites as that operand dies."""
+    ops = fn.body.ops
+    returned = {id(v) for v in fn.outputs}
+    size = fn.attrs.get("arena_size", 0)
+    assert size % ALIGN == 0, f"arena_size {size} is not a multiple of {ALIGN}"
+    root: dict[int, Value] = {}  # arena value -> the value owning its bytes (itself, or an alias's source)
+    spans: dict[int, _Span] = {}  # owner value -> its span
+    scratch: list[_Span] = []
+    for i, op in enumerate(ops):
+        if "scratch_offset" in op.attrs:
+            lo = op.attrs["scratch_offset"]
+            scratch.append(_Span(i, i, lo, lo + op.attrs["scratch_bytes"], None, i))
+        for v in op.operands:  # a use of an alias keeps its source alive
+            if id(v) in root:
+                spans[id(root[id(v)])].end = i
+        if op.name in ("cuvil.constant", "cuvil.return"):
+            continue
+        r, where = op.result, f"op {i} ({op.name})"
+        if id(r) in returned:
+            assert "arena_offset" not in op.attrs, f"{where}: returned value placed in the arena"
+            continue
+        assert "arena_offset" in op.attrs, f"{where}: intermediate without an arena_offset"
+        off = op.attrs["arena_offset"]
+        assert off % ALIGN == 0 and off + r.type.nbytes <= size, f"{where}: bad offset {off}"
+        if op.attrs.get("alias"):
+            src = op.operands[0]
+            assert op.name == "cuvil.reshape" and id(src) in root and \
+                src.defining_op.attrs["arena_offset"] == off, f"{where}: alias does not share its operand's offset"
+            root[id(r)] = root[id(src)]
+            continue
+        root[id(r)] = r
+        spans[id(r)] = _Span(i, i, off, off + r.type.nbytes, r, i)
+    every = list(spans.values()) + scratch
+    for n, a in enumerate(every):
+        for b in every[n + 1:]:
+            if a.clashes(b):
+                assert _overwrites(ops, root, a, b) or _overwrites(ops, root, b, a), \
+                    f"ops {a.at} ({ops[a.at].name}) and {b.at} ({ops[b.at].name}) overlap in the arena while both live"
+
+
+def _overwrites(ops, root, old: _Span, new: _Span) -> bool:
+    """`new` is a fused op's result written over the bytes of an operand dying there,
+    read element for element (same shape)."""
+    op = ops[new.at]
+    if new.owner is None or old.owner is None or op.name != "cuvil.fused" or old.end != new.start:
+        return False
+    if (old.lo, old.hi) != (new.lo, new.hi):
+        return False
+    mine = [v for v in op.operands if root.get(id(v)) is old.owner]
+    return bool(mine) and all(v.shape == new.owner.shape for v in mine)
