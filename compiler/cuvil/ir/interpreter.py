@@ -10,10 +10,15 @@ from ..errors import CuvilError
 from .core import Function, Module, Op
 
 
+# Attributes the memory planner adds; they do not change what an op computes.
+PLAN_ATTRS = frozenset({"arena_offset", "alias", "scratch_offset", "scratch_bytes"})
+
+
 def evaluate_op(op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
     if op.name == "cuvil.constant":
         return [op.value]
-    outs = type(op).reference(args, op.attrs)
+    attrs = {k: v for k, v in op.attrs.items() if k not in PLAN_ATTRS}
+    outs = type(op).reference(args, attrs)
     return [np.asarray(o, dtype=r.type.np_dtype).reshape(r.type.shape) for o, r in zip(outs, op.results)]
 
 

@@ -16,13 +16,14 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir import Module, Value
 from ...ir.ops import ANCHORS
+from ...ir.interpreter import PLAN_ATTRS
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I8, I64, MEM_TYPES, PTR, i64
 from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
 from .weights import WEIGHTS_ALIGN, declare_weights
 
-_PLAN_ATTRS = ("arena_offset", "alias", "scratch_offset", "scratch_bytes")
+_PLAN_ATTRS = PLAN_ATTRS
 
 
 @dataclass

@@ -19,7 +19,7 @@ class Constant(Op):
     num_operands = 0
 
     def __init__(self, value: np.ndarray, name: str, loc: str = ""):
-        self.value = np.ascontiguousarray(value)
+        self.value = np.ascontiguousarray(value).reshape(np.shape(value))  # keeps 0-d as 0-d
         super().__init__([], {"name": name}, [TensorType.of(self.value)], loc)
 
     @classmethod
