@@ -263,17 +263,30 @@ def compile_options(cfg: Config) -> dict:
     }
 
 
+# Config/CLI target names -> LLVM triples.
+TRIPLES = {
+    "x86_64-linux-gnu": "x86_64-unknown-linux-gnu",
+    "aarch64-linux-gnu": "aarch64-unknown-linux-gnu",
+    "wasm32-wasi": "wasm32-unknown-wasi",
+}
+
+
 def resolve_target(opts: dict):
+    """The LLVM target for the options: 'host' is this machine (its CPU features);
+    a named arch uses that arch's baseline unless cpu/features are given."""
     from .backend.llvm.target import Target, host_target
     t = opts["target"]
-    if t["arch"] in ("host", "x86_64-linux-gnu"):
+    arch = t["arch"]
+    if arch == "host":
         host = host_target()
         if not host.triple.startswith("x86_64"):
-            raise CuvilError(f"target {t['arch']!r} needs an x86_64 host for now, this is {host.triple}")
+            raise CuvilError(f"the host {host.triple} is not a supported target")
         if t["cpu"] or t["features"]:
             return Target.from_triple("x86_64-unknown-linux-gnu", t["cpu"], t["features"])
         return Target("x86_64-unknown-linux-gnu", host.cpu, host.features)
-    raise CuvilError(f"target.arch {t['arch']!r} is not supported yet")
+    if arch not in TRIPLES:
+        raise CuvilError(f"target {arch!r} is not supported (supported: host, {', '.join(TRIPLES)})")
+    return Target.from_triple(TRIPLES[arch], t["cpu"], t["features"])
 
 
 def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
@@ -287,8 +300,11 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     from .ir import read_bundle
     from .passes.pipeline import default_pipeline, run_pipeline
 
-    if opts["quantization"] != "none":
-        raise CuvilError(f"quantization {opts['quantization']!r} is not supported yet")
+    q = opts["quantization"]
+    if q not in ("none", "fp16", "int8_sym", "int4_block"):
+        raise CuvilError(f"unknown quantization method {q!r} (known: none, fp16, int8_sym, int4_block)")
+    if q != "none":
+        raise CuvilError(f"quantization method {q!r} is not implemented yet (implemented: none)")
     module = read_bundle(cvir)
     fn = module.main
     names = opts.get("output_names") or []

@@ -64,7 +64,13 @@ def _cmd_compile(args) -> int:
     from .config import load_config
     opts = compile_options(load_config(args.config))
     if args.target:
-        opts["target"]["arch"] = args.target
+        opts["target"] = {"arch": args.target, "cpu": "", "features": ""}
+    if args.cpu is not None:
+        opts["target"]["cpu"] = args.cpu
+    if args.features is not None:
+        opts["target"]["features"] = args.features
+    if args.quantization:
+        opts["quantization"] = args.quantization
     manifest = compile_bundle(Path(args.bundle), opts, Path(args.output_dir))
     print(f"wrote {manifest['prefix']}.o, .weights.o, .h, .json to {args.output_dir}")
     return 0
@@ -128,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("bundle", help="a .cvir bundle")
     s.add_argument("--config", required=True)
     s.add_argument("--output-dir", required=True)
-    s.add_argument("--target", help="overrides target.arch")
+    s.add_argument("--target", help="overrides target.arch: host, x86_64-linux-gnu, aarch64-linux-gnu, wasm32-wasi")
+    s.add_argument("--cpu", help="LLVM CPU name for the target (default: the arch's baseline)")
+    s.add_argument("--features", help="LLVM feature string, e.g. +avx2,+fma")
+    s.add_argument("--quantization", help="overrides quantization.method")
     s.set_defaults(func=_cmd_compile)
 
     s = sub.add_parser("link", help="compile-stage outputs -> executable, shared or static library")
