@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ...errors import BackendError
 from ...ir import Module, Value
-from ...ir.ops import ANCHORS
+from ...ir.ops import ANCHORS, ELEMENTWISE
 from ...ir.interpreter import PLAN_ATTRS
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
@@ -49,7 +49,7 @@ def _is_scalar_const(v: Value) -> bool:
 
 def _inlinable(op, i: int) -> bool:
     """Operands that kernels take as immediates: scalars of fused programs / epilogues."""
-    if op.name == "cuvil.fused":
+    if op.name == "cuvil.fused" or op.name in ELEMENTWISE:
         return _is_scalar_const(op.operands[i])
     if op.name in ANCHORS and i >= 2:
         return _is_scalar_const(op.operands[i])
@@ -90,6 +90,9 @@ class _Codegen:
         if key in self.kernels:
             return self.kernels[key]
         emitter = k_copy if op.name == "cuvil.reshape" else EMITTERS.get(op.name)
+        if op.name in ELEMENTWISE:  # a bare elementwise op (fusion turned off): a one-step program
+            attrs = {"program": [[op.name.split(".", 1)[1], list(range(len(op.operands))), attrs]]}
+            emitter = EMITTERS["cuvil.fused"]
         if emitter is None:
             raise BackendError(f"no kernel for {op.name}" + (f" ({op.loc})" if op.loc else ""))
         n_args = 2 + len(op.operands)  # result, operands, scratch
