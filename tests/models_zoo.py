@@ -277,10 +277,73 @@ def mixer(seed: int = 0) -> tuple[nn.Module, Inputs]:
     return _finish(TinyMixer(), seed, _images(seed, 2, 3, 32, 32))
 
 
+# --- decoder with transposed convs and group/instance norm -----------------------------------
+class Decoder(nn.Module):
+    """Encoder-decoder using what U-Nets and GAN generators use besides plain upsampling:
+    ConvTranspose2d (stride 2, output padding, groups), GroupNorm, InstanceNorm, PReLU, Mish."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.GroupNorm(4, 16), nn.PReLU(16))
+        self.down = nn.Conv2d(16, 32, 3, 2, 1)
+        self.up1 = nn.ConvTranspose2d(32, 16, 3, stride=2, padding=1, output_padding=1)
+        self.norm = nn.InstanceNorm2d(16, affine=True)
+        self.up2 = nn.ConvTranspose2d(32, 8, 4, stride=2, padding=1, groups=2)
+        self.head = nn.Conv2d(8, 3, 1)
+        self.act = nn.PReLU()
+
+    def forward(self, x):
+        e = self.enc(x)
+        d = F.mish(self.norm(self.up1(F.relu(self.down(e)))))
+        d = self.act(self.up2(torch.cat([d, e], dim=1)))
+        return torch.tanh(self.head(d))
+
+
+def decoder(seed: int = 0) -> tuple[nn.Module, Inputs]:
+    torch.manual_seed(seed)
+    model = Decoder()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.GroupNorm, nn.InstanceNorm2d)):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    return _finish(model, seed, _images(seed, 1, 3, 32, 32))
+
+
+# --- CBAM-style attention, normalised embeddings, token repeat and indexing ------------------
+class AttentionCNN(nn.Module):
+    def __init__(self, c: int = 24):
+        super().__init__()
+        self.stem = _conv_bn(3, c, 3, 2, act=nn.SiLU())
+        self.mlp = nn.Sequential(nn.Conv2d(c, c // 4, 1), nn.ReLU(), nn.Conv2d(c // 4, c, 1))
+        self.spatial = nn.Conv2d(2, 1, 7, padding=3)
+        self.tokens = nn.Parameter(torch.randn(1, 2, c))
+        self.register_buffer("order", torch.tensor([1, 0, 1]))
+        self.head = nn.Linear(c, 8)
+
+    def forward(self, x):
+        x = self.stem(x)
+        gate = torch.sigmoid(self.mlp(F.adaptive_avg_pool2d(x, 1)) + self.mlp(F.adaptive_max_pool2d(x, 1)))
+        x = x * gate
+        s = torch.cat([x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1)
+        x = x * torch.sigmoid(self.spatial(s))
+        feats = F.softplus(x, beta=2.0).flatten(2).mean(-1)              # [B, C]
+        toks = self.tokens.repeat(x.shape[0], 1, 1)[:, self.order]        # [B, 3, C]
+        out = self.head(toks + feats[:, None, :])
+        return F.normalize(out, dim=-1)
+
+
+def attention_cnn(seed: int = 0) -> tuple[nn.Module, Inputs]:
+    torch.manual_seed(seed)
+    return _finish(AttentionCNN(), seed, _images(seed, 2, 3, 32, 32))
+
+
 ZOO: dict[str, Callable[..., tuple[nn.Module, Inputs]]] = {
     "se_cnn": se_cnn,
     "separable_net": separable_net,
     "unet": unet,
     "vit": vit,
     "mixer": mixer,
+    "decoder": decoder,
+    "attention_cnn": attention_cnn,
 }

@@ -123,7 +123,7 @@ def bind(node, low: Lowering) -> dict[str, Any]:
 def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str] | None = None) -> Module:
     """Export `model` with torch.export at the example inputs' shapes and lower it."""
     import torch
-    from . import torch_ops
+    from . import torch_composite, torch_ops  # noqa: F401  (torch_composite registers handlers)
 
     if isinstance(model, torch.nn.Module):
         model = model.eval()

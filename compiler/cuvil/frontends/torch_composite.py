@@ -1,0 +1,179 @@
+"""ATen ops lowered as compositions of other Cuvil ops: transposed convolution, group and
+instance norm, PReLU, softplus/mish, adaptive max pooling, repeat, tensor indexing and
+vector norms. Registered into the same HANDLERS table as torch_ops."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UnsupportedOpError
+from ..ir import Value
+from .torch_ops import _axes, _norm_dim, _pair, handles
+
+
+def _constant_array(v: Value, what: str) -> np.ndarray:
+    op = v.defining_op
+    if op is None or op.name != "cuvil.constant":
+        raise UnsupportedOpError(f"{what} must be a parameter or constant, not a computed tensor")
+    return op.value
+
+
+@handles("conv_transpose2d", "conv_transpose1d")
+def _conv_transpose(low, a):
+    """As a stride-1 conv over the input with zeros inserted between pixels, padded by
+    dilation*(k-1) - padding, with the kernel flipped and its in/out channels swapped."""
+    x, w, b = a["input"], a["weight"], a["bias"]
+    one_d = w.type.rank == 3
+    if one_d:
+        x = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
+    wa = _constant_array(w, "the weight of a transposed convolution")
+    if one_d:
+        wa = wa[:, :, None, :]
+    g = int(a["groups"])
+    (sh, sw) = [1, *_pair(a["stride"], 1)] if one_d else _pair(a["stride"])
+    (ph, pw) = [0, *_pair(a["padding"], 1)] if one_d else _pair(a["padding"])
+    (oph, opw) = [0, *_pair(a["output_padding"], 1)] if one_d else _pair(a["output_padding"])
+    (dh, dw) = [1, *_pair(a["dilation"], 1)] if one_d else _pair(a["dilation"])
+    cin, ocg, kh, kw = wa.shape
+    n, c, h, wd = x.shape
+    # Insert (stride - 1) zeros between pixels: [N,C,H,1,W,1] -> pad -> [N,C,H*s,W*s] -> crop.
+    if sh > 1 or sw > 1:
+        x = low.reshape(x, [n, c, h, 1, wd, 1])
+        x = low.op("cuvil.pad", x, pads=[[0, 0], [0, 0], [0, 0], [0, sh - 1], [0, 0], [0, sw - 1]], value=0.0)
+        x = low.reshape(x, [n, c, h * sh, wd * sw])
+        x = low.op("cuvil.slice", x, starts=[0, 0, 0, 0], ends=[n, c, (h - 1) * sh + 1, (wd - 1) * sw + 1],
+                   steps=[1, 1, 1, 1])
+    lo_h, lo_w = dh * (kh - 1) - ph, dw * (kw - 1) - pw
+    hi_h, hi_w = lo_h + oph, lo_w + opw
+    if min(lo_h, lo_w) < 0:
+        raise UnsupportedOpError("transposed convolution with padding larger than dilation*(kernel-1)")
+    # [Cin, OCg, kh, kw] per group -> [OC, Cin/g, kh, kw], flipped spatially.
+    cg = cin // g
+    wt = wa.reshape(g, cg, ocg, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * ocg, cg, kh, kw)[:, :, ::-1, ::-1]
+    wv = low.const(np.ascontiguousarray(wt))
+    y = low.op("cuvil.conv2d", x, wv, stride=[1, 1], dilation=[dh, dw], pads=[lo_h, lo_w, hi_h, hi_w], groups=g)
+    if b is not None:
+        y = low.op("cuvil.add", y, low.reshape(b, [1, b.shape[0], 1, 1]))
+    return low.reshape(y, low.meta_type().shape) if one_d else y
+
+
+@handles("group_norm", "native_group_norm")
+def _group_norm(low, a):
+    x = a["input"]
+    g = int(a["num_groups"] if "num_groups" in a else a["group"])
+    n, c = x.shape[0], x.shape[1]
+    rest = int(np.prod(x.shape[2:], dtype=np.int64))
+    y = low.reshape(x, [n, g, (c // g) * rest])
+    y = low.op("cuvil.layer_norm", y, num_axes=1, eps=float(a["eps"]))
+    y = low.reshape(y, list(x.shape))
+    bshape = [1, c] + [1] * (x.type.rank - 2)
+    if a.get("weight") is not None:
+        y = low.op("cuvil.mul", y, low.reshape(a["weight"], bshape))
+    if a.get("bias") is not None:
+        y = low.op("cuvil.add", y, low.reshape(a["bias"], bshape))
+    return y if low.node.target._schema.name == "aten::group_norm" else [y, None, None]
+
+
+@handles("instance_norm")
+def _instance_norm(low, a):
+    if a.get("use_input_stats") is False:
+        raise UnsupportedOpError("instance_norm with running statistics is not supported")
+    x = a["input"]
+    n, c = x.shape[0], x.shape[1]
+    y = low.reshape(x, [n, c, int(np.prod(x.shape[2:], dtype=np.int64))])
+    y = low.reshape(low.op("cuvil.layer_norm", y, num_axes=1, eps=float(a["eps"])), list(x.shape))
+    bshape = [1, c] + [1] * (x.type.rank - 2)
+    if a.get("weight") is not None:
+        y = low.op("cuvil.mul", y, low.reshape(a["weight"], bshape))
+    if a.get("bias") is not None:
+        y = low.op("cuvil.add", y, low.reshape(a["bias"], bshape))
+    return y
+
+
+@handles("prelu", "_prelu_kernel")
+def _prelu(low, a):
+    x, w = a["self"], a["weight"]
+    if w.type.numel > 1 and x.type.rank >= 2:
+        w = low.reshape(w, [1, w.shape[0]] + [1] * (x.type.rank - 2))
+    zero = low.const(0.0, x.dtype)
+    return low.op("cuvil.where", low.op("cuvil.gt", x, zero), x, low.op("cuvil.mul", x, w))
+
+
+def _softplus(low, x, beta=1.0, threshold=20.0):
+    bx = low.op("cuvil.mul", x, low.const(float(beta), x.dtype)) if beta != 1 else x
+    soft = low.op("cuvil.log", low.op("cuvil.add", low.op("cuvil.exp", bx), low.const(1.0, x.dtype)))
+    if beta != 1:
+        soft = low.op("cuvil.div", soft, low.const(float(beta), x.dtype))
+    big = low.op("cuvil.gt", bx, low.const(float(threshold), x.dtype))
+    return low.op("cuvil.where", big, x, soft)
+
+
+@handles("softplus")
+def _softplus_h(low, a):
+    return _softplus(low, a["self"], a.get("beta", 1.0), a.get("threshold", 20.0))
+
+
+@handles("mish", "mish_")
+def _mish(low, a):
+    x = a["self"]
+    return low.op("cuvil.mul", x, low.op("cuvil.tanh", _softplus(low, x)))
+
+
+@handles("adaptive_max_pool2d")
+def _adaptive_max_pool2d(low, a):
+    x = a["self"]
+    oh, ow = (int(d) for d in low.meta()[0].shape[2:])  # outputs (values, indices)
+    h, w = x.shape[2:]
+    if (oh, ow) == (1, 1):
+        y = low.op("cuvil.reduce_max", x, axes=[2, 3], keepdims=True)
+    elif h % oh == 0 and w % ow == 0:
+        k = [h // oh, w // ow]
+        y = low.op("cuvil.max_pool2d", x, kernel=k, stride=k, pads=[0, 0, 0, 0], dilation=[1, 1],
+                   ceil_mode=False)
+    else:
+        raise UnsupportedOpError(f"adaptive_max_pool2d from {h}x{w} to {oh}x{ow} (sizes must divide)")
+    return [y, None]
+
+
+@handles("repeat")
+def _repeat(low, a):
+    x, reps = a["self"], list(a["repeats"])
+    shape = [1] * (len(reps) - x.type.rank) + list(x.shape)
+    inter, bcast = [], []
+    for r, d in zip(reps, shape):
+        inter += [1, d]
+        bcast += [r, d]
+    y = low.op("cuvil.broadcast_to", low.reshape(x, inter), shape=bcast)
+    return low.reshape(y, low.meta_type().shape)
+
+
+@handles("index")
+def _index(low, a):
+    x, idx = a["self"], list(a["indices"])
+    used = [i for i, t in enumerate(idx) if t is not None]
+    if len(used) != 1:
+        raise UnsupportedOpError("tensor indexing with more than one index tensor is not supported")
+    d = used[0]
+    t = idx[d]
+    if t.dtype == "bool":
+        raise UnsupportedOpError("boolean-mask indexing has a data-dependent shape and is not supported")
+    return low.op("cuvil.gather", x, low.cast(t, "i64"), axis=d)
+
+
+@handles("linalg_vector_norm", "norm")
+def _vector_norm(low, a):
+    x = a["self"] if "self" in a else a["input"]
+    order = a.get("ord", a.get("p", 2))
+    if order not in (2, 2.0, None):
+        raise UnsupportedOpError(f"vector norm of order {order} is not supported (only 2)")
+    axes = _axes(a.get("dim"), x.type.rank)
+    sq = low.op("cuvil.reduce_sum", low.op("cuvil.mul", x, x), axes=axes, keepdims=bool(a.get("keepdim", False)))
+    return low.op("cuvil.sqrt", sq)
+
+
+@handles("flip")
+def _flip(low, a):
+    x = a["self"]
+    v = x.defining_op
+    if v is not None and v.name == "cuvil.constant":
+        return low.const(np.ascontiguousarray(np.flip(v.value, [_norm_dim(d, x.type.rank) for d in a["dims"]])))
+    raise UnsupportedOpError("flip of a computed tensor is not supported")
