@@ -185,11 +185,17 @@ def _to(low, a):
     return low.cast(a["self"], low.meta_type().dtype)
 
 
-@handles("contiguous", "clone", "alias", "detach", "detach_", "lift_fresh_copy", "dropout", "dropout_",
-         "feature_dropout", "alpha_dropout")
+@handles("contiguous", "clone", "alias", "detach", "detach_", "lift_fresh_copy")
 def _identity(low, a):
     x = a.get("self", a.get("input"))
     return x
+
+
+@handles("dropout", "dropout_", "feature_dropout", "alpha_dropout", "feature_alpha_dropout")
+def _dropout(low, a):
+    if a.get("train") and a.get("p"):  # torch drops at random: identity would silently differ
+        raise UnsupportedOpError("dropout with train=True is not supported (use model.eval() or training=False)")
+    return a.get("self", a.get("input"))
 
 
 @handles("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")

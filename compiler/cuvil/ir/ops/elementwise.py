@@ -75,7 +75,7 @@ class Unary(Op):
     @classmethod
     def infer_types(cls, types, attrs):
         (t,) = types
-        if t.dtype not in FLOAT_DTYPES and cls.name not in ("cuvil.neg", "cuvil.abs"):
+        if t.dtype not in FLOAT_DTYPES and cls.name not in ("cuvil.neg", "cuvil.abs", "cuvil.clamp"):
             raise VerifyError(f"{cls.name} needs a float operand, got {t}")
         return [TensorType(t.shape, t.dtype)]
 

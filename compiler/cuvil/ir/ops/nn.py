@@ -67,11 +67,11 @@ class MatMul(Op):
 
 def conv_out_dim(size, k, stride, pad_lo, pad_hi, dilation, ceil_mode=False):
     span = size + pad_lo + pad_hi - dilation * (k - 1) - 1
-    if span < 0:
-        raise VerifyError(f"window of {k} (dilation {dilation}) larger than padded input {size}")
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + pad_lo:
         out -= 1  # the last window must start inside the input or the left padding
+    if out < 1:  # ceil_mode keeps one partial window even when the window exceeds the input
+        raise VerifyError(f"window of {k} (dilation {dilation}) larger than padded input {size}")
     return out
 
 
@@ -306,8 +306,13 @@ class BatchNorm(Op):
 def resize_source(out_index: int, in_size: int, out_size: int, ratio: float, mode: str,
                   align_corners: bool):
     """Source coordinate (float) of an output index, following PyTorch's upsample rules."""
+    if out_size == in_size:  # torch copies along a dim whose size is unchanged, whatever the scale
+        return float(out_index)
     if mode == "nearest":
-        return float(min(int(math.floor(out_index * ratio)), in_size - 1))
+        if out_size == 2 * in_size:  # torch halves the index, whatever the scale
+            return float(out_index // 2)
+        # torch computes floor(index * scale) in float32
+        return float(min(int(math.floor(np.float32(out_index) * np.float32(ratio))), in_size - 1))
     if align_corners:
         return out_index * (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
     return max((out_index + 0.5) * ratio - 0.5, 0.0)

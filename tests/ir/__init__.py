@@ -1,0 +1,1 @@
+"""IR tests: text and bundle round-trips, malformed input, verifier, interpreter."""

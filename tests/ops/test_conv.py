@@ -1,0 +1,88 @@
+"""Convolution against torch: stride, padding (numbers and strings), dilation, groups
+including depthwise, conv1d, and hypothesis over the whole geometry."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+from torch.nn import functional as F
+
+from tests.ops.checks import check_torch, op_names, seeded
+
+ATOL, RTOL = 1e-5, 1e-4  # float32 dot products of up to a few hundred terms
+
+
+def conv(cin, cout, k, seed=0, **kw) -> nn.Conv2d:
+    torch.manual_seed(seed)
+    return nn.Conv2d(cin, cout, k, **kw)
+
+
+@pytest.mark.parametrize("module, shape", [
+    (conv(3, 4, 3), (1, 3, 8, 8)),
+    (conv(3, 4, 3, padding=1), (2, 3, 7, 9)),
+    (conv(3, 4, 3, stride=2, padding=1), (1, 3, 9, 8)),
+    (conv(3, 4, (3, 5), stride=(2, 1), padding=(1, 2)), (1, 3, 9, 10)),
+    (conv(3, 4, 3, dilation=2, padding=2), (1, 3, 9, 9)),
+    (conv(3, 4, 3, dilation=(1, 3), padding=(0, 3)), (1, 3, 8, 11)),
+    (conv(4, 6, 3, groups=2, padding=1), (1, 4, 6, 6)),
+    (conv(6, 6, 3, groups=6, padding=1), (1, 6, 7, 7)),              # depthwise
+    (conv(4, 8, 3, groups=4, stride=2, padding=1), (2, 4, 8, 8)),    # depthwise, multiplier 2
+    (conv(4, 5, 1), (1, 4, 5, 5)),                                   # pointwise
+    (conv(3, 4, 3, bias=False), (1, 3, 6, 6)),
+    (conv(3, 4, 3, padding="same"), (1, 3, 6, 7)),
+    (conv(3, 4, 4, padding="same", dilation=2), (1, 3, 9, 8)),       # uneven "same" padding
+    (conv(3, 4, 3, padding="valid"), (1, 3, 6, 6)),
+    (conv(3, 4, 5, stride=3), (1, 3, 5, 5)),                         # kernel = padded input
+])
+def test_conv2d(module, shape):
+    check_torch(module, seeded(1, *shape), atol=ATOL, rtol=RTOL)
+
+
+def test_depthwise_lowers_to_one_grouped_conv():
+    ir = check_torch(conv(6, 6, 3, groups=6, padding=1, bias=False), seeded(2, 1, 6, 5, 5), atol=ATOL, rtol=RTOL)
+    (op,) = [op for op in ir.main.body.ops if op.name == "cuvil.conv2d"]
+    assert op.attrs["groups"] == 6
+
+
+@pytest.mark.parametrize("kw, shape", [
+    (dict(kernel_size=3), (2, 3, 10)),
+    (dict(kernel_size=3, stride=2, padding=1, dilation=2), (1, 3, 11)),
+    (dict(kernel_size=3, groups=3, padding="same"), (1, 3, 9)),
+])
+def test_conv1d(kw, shape):
+    torch.manual_seed(0)
+    check_torch(nn.Conv1d(3, 6, **kw), seeded(3, *shape), atol=ATOL, rtol=RTOL)
+
+
+def test_functional_conv2d_with_weight_inputs():
+    """Weights as model inputs rather than parameters: the conv sees two activations."""
+    x, w, b = seeded(4, 1, 4, 6, 6), seeded(5, 6, 2, 3, 3), seeded(6, 6)
+    ir = check_torch(lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=2), x, w, b,
+                     atol=ATOL, rtol=RTOL)
+    assert "cuvil.conv2d" in op_names(ir)
+
+
+@st.composite
+def conv_geometry(draw):
+    groups = draw(st.sampled_from([1, 2, 3]))
+    depthwise = draw(st.booleans())
+    cin_g = 1 if depthwise else draw(st.integers(1, 3))
+    cout_g = draw(st.integers(1, 2))
+    k = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    padding = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    # smallest input the padded, dilated kernel fits in, plus a few
+    hw = [max(1, (k[i] - 1) * dilation[i] + 1 - 2 * padding[i]) + draw(st.integers(0, 4)) for i in (0, 1)]
+    return dict(groups=groups, cin=cin_g * groups, cout=cout_g * groups, k=k, stride=stride,
+                dilation=dilation, padding=padding, batch=draw(st.integers(1, 2)), hw=hw,
+                bias=draw(st.booleans()), seed=draw(st.integers(0, 2 ** 16)))
+
+
+@given(conv_geometry())
+def test_conv2d_geometry(g):
+    module = conv(g["cin"], g["cout"], g["k"], seed=g["seed"], stride=g["stride"], padding=g["padding"],
+                  dilation=g["dilation"], groups=g["groups"], bias=g["bias"])
+    check_torch(module, seeded(g["seed"], g["batch"], g["cin"], *g["hw"]), atol=ATOL, rtol=RTOL)
