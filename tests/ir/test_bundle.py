@@ -19,10 +19,10 @@ from cuvil.ir.bundle import FORMAT
 from tests.ir.models import NAMES, captured
 
 
-# ir/bundle.py:39 writes weights through np.ascontiguousarray, which turns a 0-d array into
+# ir/bundle.py:45 writes weights through np.ascontiguousarray, which turns a 0-d array into
 # shape [1]. Many models hold 0-d weights (BN's num_batches_tracked, Python scalars).
 BUNDLE_0D_BUG = pytest.mark.xfail(strict=True, raises=AssertionError,
-                                  reason="ir/bundle.py:39 writes 0-d weights with shape [1]")
+                                  reason="ir/bundle.py:45 writes 0-d weights with shape [1]")
 
 
 def assert_same_weights(a: Module, b: Module, skip=frozenset()) -> None:
@@ -48,7 +48,7 @@ def test_model_bundle_round_trips(name, tmp_path):
     assert all(any(f"{{name = {json.dumps(n)}}}" in line for n in zero_d) for line in differing), differing[:3]
     assert_same_weights(back, module, skip=zero_d)
     if differing:  # the whole check is test_zero_dim_weight_round_trips, strict
-        pytest.xfail(f"ir/bundle.py:39 writes 0-d weights with shape [1] ({len(differing)} constants)")
+        pytest.xfail(f"ir/bundle.py:45 writes 0-d weights with shape [1] ({len(differing)} constants)")
     assert_same_weights(back, module)
     cir.verify(back)
 
@@ -211,7 +211,7 @@ def test_malformed_bundle_raises_parse_error(tmp_path, make):
 
 
 @pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="ir/bundle.py:80 np.prod(shape, dtype=np.int64) overflows on a huge dim before "
+                   reason="ir/bundle.py:93 np.prod(shape, dtype=np.int64) overflows on a huge dim before "
                           "the range check")
 def test_huge_dim_raises_parse_error(tmp_path):
     with pytest.raises(ParseError):

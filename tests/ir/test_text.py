@@ -126,7 +126,7 @@ def test_malformed_text_raises_parse_error(old, new):
 
 @pytest.mark.xfail(strict=True, raises=(KeyError, IndexError, ValueError),
                    reason="ir/parser.py raises KeyError/IndexError/JSONDecodeError instead of ParseError: "
-                          ":62/:127/:130/:156 call json.loads unguarded, :160 types[0], :164 attrs['name']")
+                          ":55/:127/:128/:151 call json.loads unguarded, :157 types[0], :158 attrs['name']")
 @pytest.mark.parametrize("old, new", [
     ("{}", '{a = "\\q"}'),                                          # bad string escape
     ('"x"', '"\\q"'),                                               # bad escape in an input name
@@ -147,7 +147,7 @@ def test_parse_attrs_rejects_malformed(text):
 
 
 @pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="ir/parser.py:81 and :93 read self.toks[self.i] past the end: IndexError, not ParseError")
+                   reason="ir/parser.py:70 and :88 read self.toks[self.i] past the end: IndexError, not ParseError")
 @pytest.mark.parametrize("text", ["{", "{a = [", "{a = {"])
 def test_parse_attrs_rejects_text_ending_after_open_bracket(text):
     with pytest.raises(ParseError):
