@@ -114,9 +114,6 @@ def test_unsupported_op_in_torch_layer_names_op():
         capture_torch(TorchLayers(), (X4[:, :, None],))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="frontends/torch.py:37 source_of reports the innermost frame, which for an nn.Module "
-                          "layer is torch/nn/modules/conv.py, not the user's forward()")
 def test_unsupported_op_in_torch_layer_names_user_line():
     with pytest.raises(UnsupportedOpError) as info:
         capture_torch(TorchLayers(), (X4[:, :, None],))

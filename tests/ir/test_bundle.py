@@ -19,10 +19,6 @@ from cuvil.ir.bundle import FORMAT
 from tests.ir.models import NAMES, captured
 
 
-# ir/bundle.py:45 writes weights through np.ascontiguousarray, which turns a 0-d array into
-# shape [1]. Many models hold 0-d weights (BN's num_batches_tracked, Python scalars).
-BUNDLE_0D_BUG = pytest.mark.xfail(strict=True, raises=AssertionError,
-                                  reason="ir/bundle.py:45 writes 0-d weights with shape [1]")
 
 
 def assert_same_weights(a: Module, b: Module, skip=frozenset()) -> None:
@@ -47,8 +43,7 @@ def test_model_bundle_round_trips(name, tmp_path):
     # everything but the 0-d weights' own constant lines must already round-trip
     assert all(any(f"{{name = {json.dumps(n)}}}" in line for n in zero_d) for line in differing), differing[:3]
     assert_same_weights(back, module, skip=zero_d)
-    if differing:  # the whole check is test_zero_dim_weight_round_trips, strict
-        pytest.xfail(f"ir/bundle.py:45 writes 0-d weights with shape [1] ({len(differing)} constants)")
+    assert not differing, differing[:3]
     assert_same_weights(back, module)
     cir.verify(back)
 
@@ -66,7 +61,7 @@ def test_bundle_bytes_are_deterministic(name, tmp_path):
     assert data == (tmp_path / "b" / "recaptured.cvir").read_bytes()
 
 
-@pytest.mark.parametrize("name", ["mixer", pytest.param("resnet18", marks=BUNDLE_0D_BUG)])
+@pytest.mark.parametrize("name", ["mixer", "resnet18"])
 def test_reread_bundle_writes_the_same_bytes(name, tmp_path):
     _, _, module = captured(name)
     cir.write_bundle(module, tmp_path / "a.cvir")
@@ -121,7 +116,6 @@ def test_zero_dim_constant_keeps_its_shape():
     assert module.main.body.ops[0].result.type.shape == ()
 
 
-@BUNDLE_0D_BUG
 def test_zero_dim_weight_round_trips(tmp_path):
     module = module_with_constants({"scalar": np.array(2.5, np.float32)})
     cir.write_bundle(module, tmp_path / "m.cvir")
@@ -210,9 +204,6 @@ def test_malformed_bundle_raises_parse_error(tmp_path, make):
         read(tmp_path, make(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="ir/bundle.py:93 np.prod(shape, dtype=np.int64) overflows on a huge dim before "
-                          "the range check")
 def test_huge_dim_raises_parse_error(tmp_path):
     with pytest.raises(ParseError):
         read(tmp_path, entry("w", "shape", [2 ** 70])(tmp_path))

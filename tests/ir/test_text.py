@@ -124,9 +124,6 @@ def test_malformed_text_raises_parse_error(old, new):
         cir.parse_module(GOOD.replace(old, new))
 
 
-@pytest.mark.xfail(strict=True, raises=(KeyError, IndexError, ValueError),
-                   reason="ir/parser.py raises KeyError/IndexError/JSONDecodeError instead of ParseError: "
-                          ":55/:127/:128/:151 call json.loads unguarded, :157 types[0], :158 attrs['name']")
 @pytest.mark.parametrize("old, new", [
     ("{}", '{a = "\\q"}'),                                          # bad string escape
     ('"x"', '"\\q"'),                                               # bad escape in an input name
@@ -134,7 +131,7 @@ def test_malformed_text_raises_parse_error(old, new):
     ('() {name = "c"} : tensor<[3], f32>', "()"),                   # constant without a type
     ('{name = "c"}', "{}"),                                         # constant without a name
 ], ids=repr)
-def test_malformed_text_raises_parse_error_known_bugs(old, new):
+def test_malformed_text_raises_parse_error_more(old, new):
     assert old in GOOD
     with pytest.raises(ParseError):
         cir.parse_module(GOOD.replace(old, new))
@@ -146,8 +143,6 @@ def test_parse_attrs_rejects_malformed(text):
         parse_attrs(text)
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="ir/parser.py:70 and :88 read self.toks[self.i] past the end: IndexError, not ParseError")
 @pytest.mark.parametrize("text", ["{", "{a = [", "{a = {"])
 def test_parse_attrs_rejects_text_ending_after_open_bracket(text):
     with pytest.raises(ParseError):

@@ -41,11 +41,6 @@ def test_sum_mean_dims(case):
     check_reduction(*case)
 
 
-# The native branch of this test aborts the whole process today (see the regression test
-# below); run=False is pytest's marker for tests that crash the interpreter. Drop it once
-# test_native_max_reduction_does_not_abort passes.
-@pytest.mark.xfail(run=False, reason="native amax/amin over e.g. 110 or 120 elements aborts in LLVM's loop "
-                                     "vectorizer (assertion 'VPlan cost model and legacy cost model disagreed')")
 @given(reduction(["amax", "amin"]))
 def test_max_min_dims(case):
     check_reduction(*case)
@@ -60,8 +55,6 @@ for n in (110, 120):
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="the LLVM abort above; in a subprocess so it fails instead of killing pytest")
 def test_native_max_reduction_does_not_abort():
     result = subprocess.run([sys.executable, "-c", REPRO, str(REPO_ROOT)], capture_output=True, text=True,
                             timeout=300)

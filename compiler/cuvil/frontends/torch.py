@@ -32,10 +32,19 @@ def source_of(node) -> tuple[str, str]:
     """(short location 'file.py:LINE in fn', full user frame text) from a node's stack trace."""
     trace = node.meta.get("stack_trace") or ""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
-    if not frames:
+    # The user's frame: the innermost one outside torch itself (an op inside nn.Conv3d is
+    # reported at the user's line that called the layer).
+    user = [f for f in frames if not _is_torch_file(f[0])]
+    if not (user or frames):
         return "", ""
-    path, line, fn, code = frames[-1]
+    path, line, fn, code = (user or frames)[-1]
     return f"{os.path.basename(path)}:{line} in {fn}", f'{path}:{line} in {fn}: {code.strip()}'
+
+
+def _is_torch_file(path: str) -> bool:
+    import torch
+    root = os.path.dirname(os.path.abspath(torch.__file__))
+    return os.path.abspath(path).startswith(root + os.sep)
 
 
 def op_key(target) -> str:

@@ -177,3 +177,12 @@ def _flip(low, a):
     if v is not None and v.name == "cuvil.constant":
         return low.const(np.ascontiguousarray(np.flip(v.value, [_norm_dim(d, x.type.rank) for d in a["dims"]])))
     raise UnsupportedOpError("flip of a computed tensor is not supported")
+
+
+@handles("stack")
+def _stack(low, a):
+    ts = list(a["tensors"])
+    rank = ts[0].type.rank + 1
+    d = _norm_dim(a.get("dim", 0), rank)
+    parts = [low.reshape(t, list(t.shape[:d]) + [1] + list(t.shape[d:])) for t in ts]
+    return parts[0] if len(parts) == 1 else low.op("cuvil.concat", *parts, axis=d)

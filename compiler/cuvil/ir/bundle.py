@@ -42,7 +42,7 @@ def write_bundle(module: Module, path: str | os.PathLike) -> None:
     offset = 0
     blobs = []
     for name in sorted(weights):
-        arr = np.ascontiguousarray(weights[name])
+        arr = np.ascontiguousarray(weights[name]).reshape(np.shape(weights[name]))  # 0-d stays 0-d
         data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
         header[name] = {"dtype": _st_dtype(arr), "shape": list(arr.shape),
                         "data_offsets": [offset, offset + len(data)]}
@@ -90,7 +90,9 @@ def read_bundle(path: str | os.PathLike) -> Module:
             start, end = (int(o) for o in info["data_offsets"])
         except (KeyError, TypeError, ValueError):
             raise ParseError(f"{where}: bad header entry for {name!r}") from None
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = 1
+        for d in shape:  # Python ints: no overflow, and a bound before any allocation
+            count *= max(d, 0)
         if min(shape, default=0) < 0 or not 0 <= start <= end <= len(body) or end - start != count * np_dtype.itemsize:
             raise ParseError(f"{where}: tensor {name!r} has inconsistent shape/offsets")
         weights[name] = np.frombuffer(body[start:end], dtype=np_dtype).reshape(shape).astype(np_dtype.newbyteorder("="))

@@ -103,7 +103,10 @@ class _Attrs:
 
 def parse_attrs(text: str, line: int = 0) -> dict:
     reader = _Attrs(text, line)
-    out = reader.dict()
+    try:
+        out = reader.dict()
+    except IndexError:
+        raise ParseError(f"line {line}: attribute text ends early") from None
     if reader.i != len(reader.toks):
         raise ParseError(f"line {line}: trailing text after attributes")
     return out
@@ -112,58 +115,74 @@ def parse_attrs(text: str, line: int = 0) -> dict:
 def parse_module(text: str, weights: dict[str, np.ndarray] | None = None) -> Module:
     """Parse IR text. Constants get their arrays from `weights` (by name); without it
     they get zero arrays of their type (for text-only golden tests)."""
-    module = Module()
-    fn: Function | None = None
-    values: dict[str, object] = {}
+    state = _ParseState()
     for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("//"):
-            continue
-        if fn is None:
-            m = _FUNC.match(line)
-            if not m:
-                raise ParseError(f"line {lineno}: expected 'func @name(...) -> (...) {{'")
-            args = [a for a in _ARG.finditer(m.group(2))]
-            outs = json.loads(f"[{m.group(3)}]")
-            fn = Function(m.group(1), [json.loads(a.group(3)) for a in args],
-                          [TensorType.parse(a.group(2)) for a in args], outs)
-            values = {a.group(1): v for a, v in zip(args, fn.args)}
-            if m.group(4):
-                fn.attrs = parse_attrs(m.group(4), lineno)
-            continue
-        if line == "}":
-            module.add(fn)
-            fn = None
-            continue
-        m = _OP.match(line)
-        if not m:
-            raise ParseError(f"line {lineno}: cannot parse {line[:60]!r}")
-        name = m.group("name")
-        cls = OP_REGISTRY.get(name)
-        if cls is None:
-            raise ParseError(f"line {lineno}: unknown op {name!r}")
         try:
-            operands = [values[a.strip()] for a in m.group("args").split(",") if a.strip()]
-        except KeyError as e:
-            raise ParseError(f"line {lineno}: use of undefined value {e.args[0]}") from None
-        attrs = parse_attrs(m.group("attrs"), lineno) if m.group("attrs") else {}
-        types = [TensorType.parse(t) for t in re.findall(_TYPE, m.group("types") or "")]
-        loc = json.loads(m.group("loc")) if m.group("loc") else ""
-        if cls is Constant:
-            arr = (weights or {}).get(attrs.get("name"))
-            if arr is None:
-                if weights is not None:
-                    raise ParseError(f"line {lineno}: no weight named {attrs.get('name')!r} in the bundle")
-                arr = np.zeros(types[0].shape, types[0].np_dtype)
-            op = Constant(arr, attrs["name"], loc)
-        else:
-            op = cls(operands, attrs, types, loc)
-        fn.body.append(op)
-        results = (m.group("res") or "").split(", ") if m.group("res") else []
-        if len(results) != len(op.results):
-            raise ParseError(f"line {lineno}: {name} has {len(op.results)} results, {len(results)} named")
-        for r, v in zip(results, op.results):
-            values[r] = v
-    if fn is not None:
+            _parse_line(state, raw.strip(), lineno, weights)
+        except ParseError as e:
+            if str(e).startswith("line "):
+                raise
+            raise ParseError(f"line {lineno}: {e}") from None
+        except (ValueError, KeyError, IndexError, TypeError) as e:  # json, attrs, types
+            raise ParseError(f"line {lineno}: {type(e).__name__}: {e}") from None
+    if state.fn is not None:
         raise ParseError("unexpected end of text inside a function")
-    return module
+    return state.module
+
+
+class _ParseState:
+    def __init__(self):
+        self.module = Module()
+        self.fn: Function | None = None
+        self.values: dict[str, object] = {}
+
+
+def _parse_line(state: _ParseState, line: str, lineno: int, weights) -> None:
+    module, fn, values = state.module, state.fn, state.values
+    if not line or line.startswith("//"):
+        return
+    if fn is None:
+        m = _FUNC.match(line)
+        if not m:
+            raise ParseError(f"line {lineno}: expected 'func @name(...) -> (...) {{'")
+        args = [a for a in _ARG.finditer(m.group(2))]
+        outs = json.loads(f"[{m.group(3)}]")
+        fn = Function(m.group(1), [json.loads(a.group(3)) for a in args],
+                      [TensorType.parse(a.group(2)) for a in args], outs)
+        state.fn, state.values = fn, {a.group(1): v for a, v in zip(args, fn.args)}
+        if m.group(4):
+            fn.attrs = parse_attrs(m.group(4), lineno)
+        return
+    if line == "}":
+        module.add(fn)
+        state.fn = None
+        return
+    m = _OP.match(line)
+    if not m:
+        raise ParseError(f"line {lineno}: cannot parse {line[:60]!r}")
+    name = m.group("name")
+    cls = OP_REGISTRY.get(name)
+    if cls is None:
+        raise ParseError(f"line {lineno}: unknown op {name!r}")
+    try:
+        operands = [values[a.strip()] for a in m.group("args").split(",") if a.strip()]
+    except KeyError as e:
+        raise ParseError(f"line {lineno}: use of undefined value {e.args[0]}") from None
+    attrs = parse_attrs(m.group("attrs"), lineno) if m.group("attrs") else {}
+    types = [TensorType.parse(t) for t in re.findall(_TYPE, m.group("types") or "")]
+    loc = json.loads(m.group("loc")) if m.group("loc") else ""
+    if cls is Constant:
+        arr = (weights or {}).get(attrs.get("name"))
+        if arr is None:
+            if weights is not None:
+                raise ParseError(f"line {lineno}: no weight named {attrs.get('name')!r} in the bundle")
+            arr = np.zeros(types[0].shape, types[0].np_dtype)
+        op = Constant(arr, attrs["name"], loc)
+    else:
+        op = cls(operands, attrs, types, loc)
+    fn.body.append(op)
+    results = (m.group("res") or "").split(", ") if m.group("res") else []
+    if len(results) != len(op.results):
+        raise ParseError(f"line {lineno}: {name} has {len(op.results)} results, {len(results)} named")
+    for r, v in zip(results, op.results):
+        values[r] = v

@@ -479,6 +479,16 @@ def _rows(shape, axis):
     return prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
 
 
+def _fmax(b, a, v):
+    """max for reductions: NaN propagates (as in torch); written as compare + select,
+    a form LLVM's vectoriser handles without tripping over maxnum's cost model."""
+    return b.select(b.fcmp_unordered(">", v, a), v, a)
+
+
+def _fmin(b, a, v):
+    return b.select(b.fcmp_unordered("<", v, a), v, a)
+
+
 def _reduce_loop(b, count, init, step_fn, name):
     acc = alloca_in_entry(b, init.type)
     b.store(init, acc)
@@ -495,8 +505,8 @@ def k_softmax(b, k: KernelArgs):
     with for_range(b, outer * inner, name="r") as r:
         base = b.add(b.mul(b.sdiv(r, i64(inner)), i64(n * inner)), b.srem(r, i64(inner)))
         at = lambda j: b.add(base, b.mul(j, i64(inner)))
-        mx = _reduce_loop(b, n, fconst(dt, -np.inf), lambda bb, a, j: intrinsic(
-            bb, "llvm.maxnum", [a, load(bb, X, at(j), dt)]), "m")
+        mx = _reduce_loop(b, n, fconst(dt, -np.inf), lambda bb, a, j: _fmax(
+            bb, a, load(bb, X, at(j), dt)), "m")
         if log:
             s = _reduce_loop(b, n, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(
                 a, exp(bb.fsub(load(bb, X, at(j), dt), mx)), flags=REDUCE), "s")
@@ -588,7 +598,7 @@ def _reduce_kernel(kind):
                 if kind in ("sum", "mean"):
                     r = b.fadd(a, v, flags=REDUCE) if isf else b.add(a, v)
                 elif isf:
-                    r = intrinsic(b, "llvm.maxnum" if kind == "max" else "llvm.minnum", [a, v])
+                    r = _fmax(b, a, v) if kind == "max" else _fmin(b, a, v)
                 else:
                     r = b.select(b.icmp_signed(">" if kind == "max" else "<", v, a), v, a)
                 b.store(r, acc)
