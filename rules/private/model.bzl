@@ -1,0 +1,292 @@
+"""cuvil_model: capture (exec configuration) -> compile (per target platform) ->
+a cc_library any C/C++ target can depend on."""
+
+load("@bazel_skylib//rules:common_settings.bzl", "BuildSettingInfo")
+load("@rules_cc//cc:defs.bzl", "cc_library")
+load(":labels.bzl", "sibling_label")
+load(":providers.bzl", "CuvilCaptureInfo", "CuvilModelInfo")
+load(":python.bzl", "PYTHON_ATTRS", "python_runner")
+load(":toolchain_types.bzl", "CUVIL_TOOLCHAIN_TYPE", "PYTHON_TOOLCHAIN_TYPE")
+
+QUANTIZATIONS = ["none", "fp16", "int8_sym", "int4_block"]
+
+# The configuration the capture stage is built in: one for every target platform and
+# quantization, so a model is captured once per build. Current Bazel names exec
+# configurations by their content (diff against the baseline), so "exec" does it.
+# Bazel 4.2.3 carries the platform transition's output-directory hash into the exec
+# configuration (the capture would run again under
+# k8-opt-exec-...-ST-<hash>), so there the host configuration (always bazel-out/host)
+# is used; current Bazel rejects "host", and has `config.exec`, which 4.2.3 lacks.
+CAPTURE_CFG = "exec" if hasattr(config, "exec") else "host"
+
+def _model_sources(target):
+    info = target[DefaultInfo]
+    return depset(transitive = [info.files, info.default_runfiles.files])
+
+# -- capture ---------------------------------------------------------------------------
+
+def _cuvil_capture_impl(ctx):
+    out = ctx.actions.declare_file(ctx.label.name + ".cvir")
+    py = python_runner(ctx)
+    args = ctx.actions.args()
+    args.add_all(["-m", "cuvil.cli", "capture"])
+    args.add("--config", ctx.file.config)
+    args.add("--output", out)
+    ctx.actions.run(
+        executable = py.executable,
+        tools = py.tools,
+        arguments = [args],
+        inputs = depset(
+            [ctx.file.config] + ctx.files.data,
+            transitive = [py.inputs, _model_sources(ctx.attr.model)],
+        ),
+        outputs = [out],
+        env = py.env,
+        mnemonic = "CuvilCapture",
+        progress_message = "Capturing model %s with %s" % (ctx.label, ctx.file.config.short_path),
+    )
+    return [
+        DefaultInfo(files = depset([out])),
+        CuvilCaptureInfo(cvir = out, config = ctx.file.config),
+    ]
+
+_MODEL_ATTRS = {
+    "model": attr.label(
+        mandatory = True,
+        doc = "The model's Python sources: a py_library or filegroup (its files and " +
+              "runfiles are the capture's inputs).",
+    ),
+    "config": attr.label(
+        mandatory = True,
+        allow_single_file = [".yaml", ".yml"],
+        doc = "The Cuvil config (model entry point, inputs, outputs, pre/post-processing). " +
+              "Paths in it are relative to it and must name declared files.",
+    ),
+    "data": attr.label_list(
+        allow_files = True,
+        doc = "Other files the config or the model reads (labels, checkpoints).",
+    ),
+}
+
+cuvil_capture = rule(
+    implementation = _cuvil_capture_impl,
+    doc = "The capture stage: the model's Python entry point -> `<name>.cvir`. Needs the " +
+          "framework (torch). cuvil_model builds it in the exec configuration, once " +
+          "for all target platforms and quantizations.",
+    attrs = dict(_MODEL_ATTRS, **PYTHON_ATTRS),
+    toolchains = [PYTHON_TOOLCHAIN_TYPE],
+    provides = [CuvilCaptureInfo],
+)
+
+# -- compile ---------------------------------------------------------------------------
+
+def effective_quantization(ctx):
+    """The attribute if set, else --//settings:quantization."""
+    return ctx.attr.quantization or ctx.attr._quantization_flag[BuildSettingInfo].value
+
+def _cuvil_compile_impl(ctx):
+    tc = ctx.toolchains[CUVIL_TOOLCHAIN_TYPE].cuvil
+    capture = ctx.attr.capture[CuvilCaptureInfo]
+    quantization = effective_quantization(ctx)
+    base = ctx.attr.model_name or ctx.label.name
+    header = ctx.actions.declare_file(base + ".h")
+    obj = ctx.actions.declare_file(base + ".o")
+    weights = ctx.actions.declare_file(base + ".weights.o")
+    manifest = ctx.actions.declare_file(base + ".json")
+    api_glue = ctx.actions.declare_file(base + "_api.c")
+    app_glue = ctx.actions.declare_file(base + "_app.c")
+
+    plugin_headers = [p[CcInfo].compilation_context.headers for p in ctx.attr.plugins]
+    py = python_runner(ctx)
+    args = ctx.actions.args()
+    args.add(ctx.file._driver)
+    args.add("--bundle", capture.cvir)
+    args.add("--config", capture.config)
+    args.add("--target", tc.target)
+    args.add("--cpu", tc.cpu)
+    args.add("--features", tc.features)
+    args.add("--quantization", quantization)
+    args.add("--llvm-triple", tc.llvm_triple)
+    args.add("--header", header)
+    args.add("--object", obj)
+    args.add("--weights", weights)
+    args.add("--manifest", manifest)
+    args.add("--api-glue", api_glue)
+    args.add("--app-glue", app_glue)
+    ctx.actions.run(
+        executable = py.executable,
+        tools = py.tools,
+        arguments = [args],
+        inputs = depset(
+            [ctx.file._driver, capture.cvir, capture.config] + ctx.files.data,
+            transitive = [py.inputs] + plugin_headers,
+        ),
+        outputs = [header, obj, weights, manifest, api_glue, app_glue],
+        env = py.env,
+        mnemonic = "CuvilCompile",
+        progress_message = "Compiling model %s for %s (cpu %s, quantization %s)" % (
+            ctx.label,
+            tc.llvm_triple,
+            tc.cpu,
+            quantization,
+        ),
+    )
+    return [
+        DefaultInfo(files = depset([header, obj, weights, manifest])),
+        CuvilModelInfo(
+            header = header,
+            object = obj,
+            weights_object = weights,
+            manifest = manifest,
+            api_glue = api_glue,
+            app_glue = app_glue,
+            cvir = capture.cvir,
+            target = tc.target,
+            llvm_triple = tc.llvm_triple,
+            quantization = quantization,
+        ),
+        OutputGroupInfo(
+            header = depset([header]),
+            objects = depset([obj, weights]),
+            manifest = depset([manifest]),
+            api_glue = depset([api_glue]),
+            app_glue = depset([app_glue]),
+        ),
+    ]
+
+cuvil_compile = rule(
+    implementation = _cuvil_compile_impl,
+    doc = "The compile stage for the target platform: `.cvir` -> `<model_name>.h`, `.o`, " +
+          "`.weights.o`, `.json` and C glue. Framework-free. Output groups: header, " +
+          "objects, manifest, api_glue, app_glue.",
+    attrs = dict(PYTHON_ATTRS, **{
+        "capture": attr.label(
+            mandatory = True,
+            cfg = CAPTURE_CFG,
+            providers = [CuvilCaptureInfo],
+            doc = "The cuvil_capture target (built in the exec configuration, or the " +
+                  "host one on Bazel 4.2.3: once for every platform and quantization).",
+        ),
+        "model_name": attr.string(doc = "Base name of the outputs (default: the target's name)."),
+        "quantization": attr.string(
+            values = [""] + QUANTIZATIONS,
+            doc = "Overrides --//settings:quantization for this model.",
+        ),
+        "plugins": attr.label_list(
+            providers = [CcInfo],
+            doc = "Plugin cc_libraries; their headers are inputs of the compile action.",
+        ),
+        "data": attr.label_list(allow_files = True, doc = "Files the config reads (labels)."),
+        "_driver": attr.label(
+            default = Label("//rules/private:compile_model.py"),
+            allow_single_file = True,
+        ),
+        "_quantization_flag": attr.label(default = Label("//settings:quantization")),
+    }),
+    toolchains = [CUVIL_TOOLCHAIN_TYPE, PYTHON_TOOLCHAIN_TYPE],
+    provides = [CuvilModelInfo],
+)
+
+# -- the macro -------------------------------------------------------------------------
+
+RUNTIME = str(Label("//:runtime"))
+RUNTIME_MAIN = str(Label("//:runtime_main"))
+
+def cuvil_model(
+        name,
+        model,
+        config,
+        quantization = None,
+        plugins = [],
+        data = [],
+        visibility = None,
+        tags = [],
+        testonly = False,
+        **kwargs):
+    """A model compiled by Cuvil, as a cc_library for C/C++ code.
+
+    Capture runs once, in the exec configuration (it needs the framework); compile
+    runs for the target platform (its Cuvil toolchain gives the LLVM triple, cpu and
+    features) and quantization, and needs no framework; the C toolchain of the target
+    compiles the glue and links.
+
+    C/C++ code includes `"<package>/<name>.h"` and calls `<prefix>_create`,
+    `<prefix>_run`, `<prefix>_destroy` (prefix: the config's `model.name`).
+
+    Targets created:
+      <name>            cc_library: the generated header `<name>.h`, the model's object
+                        and weights object, the API glue, the Cuvil runtime, `plugins`.
+                        List it in the deps of cc_binary / cc_library / cc_test.
+      <name>_main       cc_library (alwayslink) of the same model with the executable's
+                        `main` (npy/image inputs, JSON/npy outputs); a cc_binary with
+                        only this in deps is the standalone executable (cuvil_binary
+                        uses it).
+      <name>_capture    cuvil_capture: `<name>_capture.cvir` (tagged manual; built in
+                        the exec configuration through <name>_compile).
+      <name>_compile    cuvil_compile: `<name>.h`, `<name>.o`, `<name>.weights.o`,
+                        `<name>.json`, `<name>_api.c`, `<name>_app.c`; provides
+                        CuvilModelInfo.
+      <name>_header, <name>_objects, <name>_api_glue, <name>_app_glue
+                        filegroups over the output groups of <name>_compile.
+
+    Args:
+      name: target name; also the header's name.
+      model: label of the model's Python sources (py_library or filegroup).
+      config: label of the Cuvil config (.yaml).
+      quantization: none | fp16 | int8_sym | int4_block; overrides
+        --//settings:quantization (default: the flag). Accepts select().
+      plugins: cc_library targets linked with the model (pre/post-processing plugins);
+        their headers are inputs of the compile action.
+      data: files the config or the model reads (labels, checkpoints).
+      visibility, tags, testonly: as usual, applied to every target.
+      **kwargs: passed to the <name> cc_library (e.g. `linkstatic`, `alwayslink`).
+    """
+    common = dict(tags = tags, testonly = testonly)
+    cuvil_capture(
+        name = name + "_capture",
+        model = model,
+        config = config,
+        data = data,
+        visibility = ["//visibility:private"],
+        tags = tags + ([] if "manual" in tags else ["manual"]),
+        testonly = testonly,
+    )
+    cuvil_compile(
+        name = name + "_compile",
+        capture = ":" + name + "_capture",
+        model_name = name,
+        quantization = quantization or "",
+        plugins = plugins,
+        data = data,
+        visibility = visibility,
+        **common
+    )
+    for group in ["header", "objects", "api_glue", "app_glue"]:
+        native.filegroup(
+            name = "%s_%s" % (name, group),
+            srcs = [":" + name + "_compile"],
+            output_group = group,
+            visibility = visibility,
+            **common
+        )
+    cc_library(
+        name = name,
+        srcs = [":" + name + "_objects", ":" + name + "_api_glue"],
+        hdrs = [":" + name + "_header"],
+        deps = [RUNTIME] + plugins,
+        visibility = visibility,
+        **dict(common, **kwargs)
+    )
+    cc_library(
+        name = name + "_main",
+        srcs = [":" + name + "_objects", ":" + name + "_app_glue"],
+        hdrs = [":" + name + "_header"],
+        deps = [RUNTIME_MAIN, RUNTIME] + plugins,
+        alwayslink = True,
+        visibility = visibility,
+        **common
+    )
+
+def model_main_label(model):
+    """The `<name>_main` library of the cuvil_model `model` (a label string)."""
+    return sibling_label(model, "_main")

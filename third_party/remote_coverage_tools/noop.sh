@@ -1,0 +1,3 @@
+#!/bin/sh
+# Coverage is not collected in the offline build.
+exit 0
