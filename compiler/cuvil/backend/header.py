@@ -1,0 +1,236 @@
+"""The generated `<prefix>.h`: one model's plain C API over the runtime.
+
+The header declares the prefixed API (`<prefix>_create`, `_run`, `_run_with_scratch`,
+metadata queries, `_destroy`) and holds the model's metadata as `static const` data,
+so the headers of two models can be included in one translation unit. The function
+bodies are in the header too, behind `#ifdef <PREFIX>_IMPLEMENTATION`: exactly one
+C file of an artifact defines that macro (the glue `cuvil.native` generates), every
+other user just includes the header. The bodies only forward to the generic
+runtime (`cuvil_ctx_create(&<prefix>_model, ...)`).
+
+The text is a pure function of the manifest: same manifest, same bytes.
+"""
+from __future__ import annotations
+
+import re
+
+from ..errors import CuvilError
+
+# manifest dtype -> (C enum, element size)
+DTYPES = {
+    "f32": ("CUVIL_F32", 4), "f16": ("CUVIL_F16", 2), "f64": ("CUVIL_F64", 8), "i64": ("CUVIL_I64", 8),
+    "i32": ("CUVIL_I32", 4), "i8": ("CUVIL_I8", 1), "u8": ("CUVIL_U8", 1), "bool": ("CUVIL_BOOL", 1),
+}
+MANIFEST_FORMAT = "cuvil-manifest-1"
+MAX_RANK = 8  # CUVIL_MAX_RANK
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT64_MAX = 2**63 - 1
+
+
+def _fail(key: str, msg: str) -> CuvilError:
+    return CuvilError(f"manifest: {key}: {msg}")
+
+
+def _check_tensor(t, key: str) -> None:
+    if not isinstance(t, dict):
+        raise _fail(key, "must be an object with name, shape and dtype")
+    name, shape, dtype = t.get("name"), t.get("shape"), t.get("dtype")
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise _fail(f"{key}.name", f"must be a non-empty string, got {name!r}")
+    if dtype not in DTYPES:
+        raise _fail(f"{key}.dtype", f"{dtype!r} is not one of {', '.join(DTYPES)}")
+    if not isinstance(shape, list) or len(shape) > MAX_RANK:
+        raise _fail(f"{key}.shape", f"must be a list of at most {MAX_RANK} dims, got {shape!r}")
+    count = 1
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise _fail(f"{key}.shape", f"dims must be non-negative integers (static shapes), got {shape!r}")
+        count *= d
+    if count * DTYPES[dtype][1] > _INT64_MAX:
+        raise _fail(f"{key}.shape", f"{shape} holds more than 2**63 bytes")
+
+
+def check_manifest(manifest) -> None:
+    """Raise CuvilError naming the key of the first thing wrong with `manifest`."""
+    if not isinstance(manifest, dict):
+        raise CuvilError("manifest: must be a JSON object")
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise _fail("format", f"expected {MANIFEST_FORMAT!r}, got {manifest.get('format')!r}")
+    prefix = manifest.get("prefix")
+    if not isinstance(prefix, str) or not _IDENT.match(prefix):
+        raise _fail("prefix", f"must be a C identifier, got {prefix!r}")
+    arena = manifest.get("arena_size")
+    if isinstance(arena, bool) or not isinstance(arena, int) or not 0 <= arena <= _INT64_MAX:
+        raise _fail("arena_size", f"must be a non-negative integer, got {arena!r}")
+    for kind in ("inputs", "outputs"):
+        tensors = manifest.get(kind)
+        if not isinstance(tensors, list):
+            raise _fail(kind, "must be a list")
+        names = set()
+        for i, t in enumerate(tensors):
+            _check_tensor(t, f"{kind}[{i}]")
+            if t["name"] in names:
+                raise _fail(f"{kind}[{i}].name", f"{t['name']!r} appears twice")
+            names.add(t["name"])
+    if not manifest["outputs"]:
+        raise _fail("outputs", "a model needs at least one output")
+
+
+def c_string(s: str) -> str:
+    """A C string literal for `s` (UTF-8; octal escapes for anything not plain ASCII)."""
+    out = []
+    for b in s.encode("utf-8"):
+        ch = chr(b)
+        if ch in '"\\?':  # '?' too: no trigraphs
+            out.append("\\" + ch)
+        elif 0x20 <= b < 0x7F:
+            out.append(ch)
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _count(t: dict) -> int:
+    n = 1
+    for d in t["shape"]:
+        n *= d
+    return n
+
+
+def _tensor_table(prefix: str, kind: str, tensors: list[dict]) -> list[str]:
+    lines = []
+    for i, t in enumerate(tensors):
+        if t["shape"]:
+            dims = ", ".join(str(d) for d in t["shape"])
+            lines.append(f"static const int64_t {prefix}_{kind}{i}_shape[{len(t['shape'])}] = {{{dims}}};")
+    if not tensors:
+        return lines
+    lines.append(f"static const cuvil_tensor_desc {prefix}_{kind}s[{len(tensors)}] = {{")
+    for i, t in enumerate(tensors):
+        shape = f"{prefix}_{kind}{i}_shape" if t["shape"] else "NULL"
+        n = _count(t)
+        lines.append(f"    {{{c_string(t['name'])}, {DTYPES[t['dtype']][0]}, {len(t['shape'])}, {shape}, "
+                     f"{n}, {n * DTYPES[t['dtype']][1]}u}},")
+    lines.append("};")
+    return lines
+
+
+def _describe(t: dict) -> str:
+    """`name: f32[1, 3]` for a comment (the name as a C literal, so no `*/` can end it)."""
+    name = c_string(t["name"]).replace("*/", "*\\/")
+    return f"{name}: {t['dtype']}[{', '.join(str(d) for d in t['shape'])}]"
+
+
+def render_header(manifest: dict) -> str:
+    """The text of `<prefix>.h` for a compile-stage manifest (see module docstring)."""
+    check_manifest(manifest)
+    p = manifest["prefix"]
+    P = p.upper()
+    ins, outs = manifest["inputs"], manifest["outputs"]
+    doc_ins = "".join(f"\n *   {_describe(t)}" for t in ins) or "\n *   (none)"
+    doc_outs = "".join(f"\n *   {_describe(t)}" for t in outs)
+    lines = [
+        f"/* {p}.h: C API of the model '{p}', generated by Cuvil from its manifest. Do not edit.",
+        " *",
+        f" *   {p}_ctx *ctx;",
+        f" *   if ({p}_create(&ctx) != CUVIL_OK) puts(cuvil_last_error());",
+        f" *   const void *in[] = {{...}};  void *out[] = {{...}};   (manifest order, row-major)",
+        f" *   cuvil_status st = {p}_run(ctx, in, out);",
+        f" *   {p}_destroy(ctx);",
+        " *",
+        f" * Inputs:{doc_ins}",
+        f" * Outputs:{doc_outs}",
+        " *",
+        " * One context per thread (weights are shared, read-only). Every call returns a",
+        " * cuvil_status (or the value asked for); cuvil_status_message() and",
+        " * cuvil_last_error() say what went wrong. Link with -lm -lpthread.",
+        " */",
+        f"#ifndef CUVIL_MODEL_{P}_H",
+        f"#define CUVIL_MODEL_{P}_H",
+        "",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "",
+        '#include "cuvil_runtime.h"',
+        "",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+        f"#define {P}_ARENA_SIZE ((size_t){manifest['arena_size']}u)",
+        f"#define {P}_INPUT_COUNT {len(ins)}",
+        f"#define {P}_OUTPUT_COUNT {len(outs)}",
+        "",
+        f"typedef struct cuvil_ctx {p}_ctx;",
+        "",
+        "/* Defined by the model's object file. */",
+        f"void {p}_forward(void **inputs, void **outputs, uint8_t *arena);",
+        "",
+        *_tensor_table(p, "input", ins),
+        *_tensor_table(p, "output", outs),
+        f"static const cuvil_model_desc {p}_model = {{",
+        f"    CUVIL_ABI_VERSION, {c_string(p)}, {P}_ARENA_SIZE,",
+        f"    {len(ins)}, {f'{p}_inputs' if ins else 'NULL'}, {len(outs)}, {p}_outputs, {p}_forward}};",
+        "",
+        "/* A context with its own 64-byte aligned arena of ARENA_SIZE bytes. */",
+        f"CUVIL_EXPORT cuvil_status {p}_create({p}_ctx **out);",
+        f"CUVIL_EXPORT cuvil_status {p}_destroy({p}_ctx *ctx);",
+        "/* Threads for this context's runs (default 1). */",
+        f"CUVIL_EXPORT cuvil_status {p}_set_threads({p}_ctx *ctx, int threads);",
+        f"CUVIL_EXPORT cuvil_status {p}_run({p}_ctx *ctx, const void *const *inputs, void *const *outputs);",
+        "/* A run in caller-owned memory: `scratch` is 64-byte aligned and holds ARENA_SIZE",
+        " * bytes; it uses the calling thread's cuvil_set_num_threads() count. */",
+        f"CUVIL_EXPORT cuvil_status {p}_run_with_scratch(void *scratch, size_t scratch_size, "
+        "const void *const *inputs,",
+        "                                             void *const *outputs);",
+        f"CUVIL_EXPORT const cuvil_model_desc *{p}_model_desc(void);",
+    ]
+    for kind in ("input", "output"):
+        lines += [
+            f"CUVIL_EXPORT int {p}_{kind}_count(void);",
+            f"/* NULL, -1, CUVIL_DTYPE_INVALID or 0 for an index out of range. */",
+            f"CUVIL_EXPORT const char *{p}_{kind}_name(int i);",
+            f"CUVIL_EXPORT int {p}_{kind}_rank(int i);",
+            f"CUVIL_EXPORT cuvil_status {p}_{kind}_shape(int i, int64_t *dims, int max_dims);",
+            f"CUVIL_EXPORT cuvil_dtype {p}_{kind}_dtype(int i);",
+            f"CUVIL_EXPORT size_t {p}_{kind}_nbytes(int i);",
+        ]
+    lines += [
+        "",
+        f"#ifdef {P}_IMPLEMENTATION",
+        f"cuvil_status {p}_create({p}_ctx **out) {{ return cuvil_ctx_create(&{p}_model, out); }}",
+        f"cuvil_status {p}_destroy({p}_ctx *ctx) {{ return cuvil_ctx_destroy(ctx); }}",
+        f"cuvil_status {p}_set_threads({p}_ctx *ctx, int threads) {{ return cuvil_ctx_set_threads(ctx, threads); }}",
+        f"cuvil_status {p}_run({p}_ctx *ctx, const void *const *inputs, void *const *outputs) {{",
+        "    return cuvil_ctx_run(ctx, inputs, outputs);",
+        "}",
+        f"cuvil_status {p}_run_with_scratch(void *scratch, size_t scratch_size, const void *const *inputs,",
+        "                                  void *const *outputs) {",
+        f"    return cuvil_run_with_scratch(&{p}_model, scratch, scratch_size, inputs, outputs);",
+        "}",
+        f"const cuvil_model_desc *{p}_model_desc(void) {{ return &{p}_model; }}",
+    ]
+    for kind, is_out in (("input", 0), ("output", 1)):
+        t = f"cuvil_model_tensor(&{p}_model, {is_out}, i)"
+        count = len(outs) if is_out else len(ins)
+        lines += [
+            f"int {p}_{kind}_count(void) {{ return {count}; }}",
+            f"const char *{p}_{kind}_name(int i) {{ return {t} ? {t}->name : NULL; }}",
+            f"int {p}_{kind}_rank(int i) {{ return {t} ? {t}->rank : -1; }}",
+            f"cuvil_status {p}_{kind}_shape(int i, int64_t *dims, int max_dims) {{",
+            f"    return cuvil_tensor_shape({t}, dims, max_dims);",
+            "}",
+            f"cuvil_dtype {p}_{kind}_dtype(int i) {{ return {t} ? {t}->dtype : CUVIL_DTYPE_INVALID; }}",
+            f"size_t {p}_{kind}_nbytes(int i) {{ return {t} ? (size_t){t}->nbytes : 0; }}",
+        ]
+    lines += [
+        f"#endif /* {P}_IMPLEMENTATION */",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif /* CUVIL_MODEL_{P}_H */",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+/* Cuvil runtime: tensors, the arena, the thread pool, error codes and messages.
+ *
+ * C99 with libc, libm and pthreads only (GCC/Clang: `__thread` and `__atomic`
+ * builtins). A generated `<prefix>.h` describes one model with the structs below
+ * and wraps the generic functions in a prefixed API (`<prefix>_create`, ...).
+ *
+ * Contexts: one per thread. A context owns a 64-byte aligned arena of the
+ * model's arena size; the weights are read-only and shared by all contexts.
+ * Running one context from two threads at once is refused (CUVIL_ERR_BUSY).
+ */
+#ifndef CUVIL_RUNTIME_H
+#define CUVIL_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CUVIL_EXPORT __attribute__((visibility("default")))
+#else
+#define CUVIL_EXPORT
+#endif
+
+#define CUVIL_ABI_VERSION 1
+#define CUVIL_ARENA_ALIGN 64
+#define CUVIL_MAX_RANK 8
+#define CUVIL_MAX_THREADS 256
+
+/* Every function that can fail returns one of these; 0 is success. */
+typedef enum cuvil_status {
+    CUVIL_OK = 0,
+    CUVIL_ERR_INVALID_ARGUMENT = 1, /* NULL pointer, index out of range, bad count */
+    CUVIL_ERR_OUT_OF_MEMORY = 2,
+    CUVIL_ERR_SCRATCH_TOO_SMALL = 3, /* run_with_scratch: fewer bytes than ARENA_SIZE */
+    CUVIL_ERR_SCRATCH_MISALIGNED = 4, /* run_with_scratch: not 64-byte aligned */
+    CUVIL_ERR_BUSY = 5, /* the context is running on another thread */
+    CUVIL_ERR_IO = 6, /* a file could not be opened, read or written */
+    CUVIL_ERR_FORMAT = 7, /* a malformed or truncated input file */
+    CUVIL_ERR_SHAPE = 8, /* a tensor's shape differs from the model's */
+    CUVIL_ERR_DTYPE = 9, /* a tensor's dtype differs from the model's */
+    CUVIL_ERR_UNSUPPORTED = 10, /* valid input the runtime does not handle */
+    CUVIL_ERR_TOO_LARGE = 11 /* a size overflows or exceeds a limit */
+} cuvil_status;
+
+typedef enum cuvil_dtype {
+    CUVIL_DTYPE_INVALID = 0,
+    CUVIL_F32 = 1,
+    CUVIL_F16 = 2,
+    CUVIL_F64 = 3,
+    CUVIL_I64 = 4,
+    CUVIL_I32 = 5,
+    CUVIL_I8 = 6,
+    CUVIL_U8 = 7,
+    CUVIL_BOOL = 8
+} cuvil_dtype;
+
+/* One input or output of a model: a contiguous row-major tensor. */
+typedef struct cuvil_tensor_desc {
+    const char *name;
+    cuvil_dtype dtype;
+    int rank;
+    const int64_t *shape; /* `rank` dims; NULL for rank 0 */
+    int64_t count; /* number of elements */
+    uint64_t nbytes; /* count * element size */
+} cuvil_tensor_desc;
+
+/* The generated forward function: pointers to the tensors in manifest order and
+ * the arena (`arena_size` bytes, 64-byte aligned, private to this run). */
+typedef void (*cuvil_forward_fn)(void **inputs, void **outputs, uint8_t *arena);
+
+typedef struct cuvil_model_desc {
+    int abi_version; /* CUVIL_ABI_VERSION */
+    const char *prefix;
+    uint64_t arena_size;
+    int n_inputs;
+    const cuvil_tensor_desc *inputs;
+    int n_outputs;
+    const cuvil_tensor_desc *outputs;
+    cuvil_forward_fn forward;
+} cuvil_model_desc;
+
+typedef struct cuvil_ctx cuvil_ctx;
+
+/* --- errors ---------------------------------------------------------------- */
+
+/* A fixed sentence for a status code ("ok", "out of memory", ...). Never NULL. */
+CUVIL_EXPORT const char *cuvil_status_message(cuvil_status status);
+/* The detailed message of the last failure on the calling thread ("" if none). */
+CUVIL_EXPORT const char *cuvil_last_error(void);
+/* Record a detailed message for the calling thread and return `status`. */
+cuvil_status cuvil_fail(cuvil_status status, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* --- dtypes ---------------------------------------------------------------- */
+
+CUVIL_EXPORT size_t cuvil_dtype_size(cuvil_dtype dtype); /* 0 for an invalid dtype */
+CUVIL_EXPORT const char *cuvil_dtype_name(cuvil_dtype dtype); /* "f32", ...; "invalid" */
+
+/* --- contexts (the generated prefixed API wraps these) -------------------- */
+
+CUVIL_EXPORT cuvil_status cuvil_ctx_create(const cuvil_model_desc *model, cuvil_ctx **out);
+CUVIL_EXPORT cuvil_status cuvil_ctx_destroy(cuvil_ctx *ctx); /* NULL is allowed */
+/* Threads used by this context's runs (1..CUVIL_MAX_THREADS; larger is clamped). */
+CUVIL_EXPORT cuvil_status cuvil_ctx_set_threads(cuvil_ctx *ctx, int threads);
+CUVIL_EXPORT cuvil_status cuvil_ctx_run(cuvil_ctx *ctx, const void *const *inputs, void *const *outputs);
+/* A run in caller-owned memory: `scratch` is 64-byte aligned and holds at least
+ * the model's arena size (NULL is allowed when that is 0). Uses the calling
+ * thread's thread count (cuvil_set_num_threads). */
+CUVIL_EXPORT cuvil_status cuvil_run_with_scratch(const cuvil_model_desc *model, void *scratch, size_t scratch_size,
+                                                 const void *const *inputs, void *const *outputs);
+
+/* Metadata helpers: the tensor `i` of a model's inputs (is_output = 0) or outputs. */
+CUVIL_EXPORT const cuvil_tensor_desc *cuvil_model_tensor(const cuvil_model_desc *model, int is_output, int i);
+CUVIL_EXPORT cuvil_status cuvil_tensor_shape(const cuvil_tensor_desc *t, int64_t *dims, int max_dims);
+
+/* --- thread pool (called by generated code) -------------------------------- */
+
+/* Run fn over disjoint contiguous chunks covering [0, n) on up to the calling
+ * thread's thread count, the caller included; returns when all are done. A call
+ * from inside a task, or while the pool serves another caller, runs serially. */
+CUVIL_EXPORT void cuvil_parallel_for(void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx, int64_t n);
+/* The thread count of the calling thread (default 1). */
+CUVIL_EXPORT void cuvil_set_num_threads(int n);
+CUVIL_EXPORT int cuvil_get_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUVIL_RUNTIME_H */

@@ -1,0 +1,164 @@
+/* The process-wide thread pool behind cuvil_parallel_for.
+ *
+ * One job at a time: the caller that finds the pool idle posts its job (fn, ctx,
+ * n split into min(threads, n) contiguous chunks) and works on it too; a second
+ * caller that finds the pool busy runs its loop serially instead of waiting or
+ * oversubscribing the machine. Workers are started lazily, grown to the largest
+ * thread count asked for, spin briefly after a job and then sleep on a condition
+ * variable. Chunks are claimed with a compare-and-swap on one word holding
+ * (job id, next chunk), so a worker that wakes late can never take a chunk of a
+ * newer job with an older job's function.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cuvil_runtime.h"
+
+typedef void (*cuvil_task_fn)(void *ctx, int64_t begin, int64_t end);
+
+static int clamp_threads(int n) { return n < 1 ? 1 : (n > CUVIL_MAX_THREADS ? CUVIL_MAX_THREADS : n); }
+
+#if defined(__wasi__)
+
+static int requested_threads = 1;
+
+void cuvil_parallel_for(cuvil_task_fn fn, void *ctx, int64_t n) {
+    if (n > 0) fn(ctx, 0, n);
+}
+void cuvil_set_num_threads(int n) { requested_threads = clamp_threads(n); }
+int cuvil_get_num_threads(void) { return requested_threads; }
+
+#else
+
+#include <pthread.h>
+
+#define SPIN_ITERATIONS 2000
+
+static __thread int tls_threads = 1;
+static __thread int tls_in_task = 0;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake; /* workers wait here for a new job */
+    pthread_cond_t done; /* the posting caller waits here for the last chunk */
+    int busy; /* a caller owns the pool (under lock) */
+    int workers; /* started so far (under lock) */
+    cuvil_task_fn fn; /* the current job, written under lock before `job` */
+    void *ctx;
+    int64_t n;
+    uint32_t chunks;
+    uint32_t job; /* id of the current job (atomic; written under lock) */
+    uint64_t claim; /* (job id << 32) | next chunk to claim (atomic) */
+    uint32_t remaining; /* chunks of the current job not yet finished (atomic) */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("pause");
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t chunk_begin(int64_t n, uint32_t chunks, uint32_t k) {
+    int64_t q = n / chunks, r = n % chunks;
+    return (int64_t)k * q + ((int64_t)k < r ? (int64_t)k : r);
+}
+
+/* Claim and run chunks of job `id` until none is left. */
+static void run_chunks(uint32_t id, cuvil_task_fn fn, void *ctx, int64_t n, uint32_t chunks) {
+    uint64_t cur = __atomic_load_n(&pool.claim, __ATOMIC_ACQUIRE);
+    for (;;) {
+        uint32_t k = (uint32_t)cur;
+        if ((uint32_t)(cur >> 32) != id || k >= chunks) return;
+        if (!__atomic_compare_exchange_n(&pool.claim, &cur, cur + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue; /* `cur` now holds the fresh value */
+        fn(ctx, chunk_begin(n, chunks, k), chunk_begin(n, chunks, k + 1));
+        if (__atomic_sub_fetch(&pool.remaining, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        cur = __atomic_load_n(&pool.claim, __ATOMIC_ACQUIRE);
+    }
+}
+
+static void *worker_main(void *arg) {
+    uint32_t seen = (uint32_t)(uintptr_t)arg;
+    tls_in_task = 1; /* everything a worker runs is a task: nested loops run serially */
+    for (;;) {
+        cuvil_task_fn fn;
+        void *ctx;
+        int64_t n;
+        uint32_t chunks;
+        int i;
+        for (i = 0; i < SPIN_ITERATIONS && __atomic_load_n(&pool.job, __ATOMIC_ACQUIRE) == seen; i++) cpu_relax();
+        pthread_mutex_lock(&pool.lock);
+        while (pool.job == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+        seen = pool.job;
+        fn = pool.fn;
+        ctx = pool.ctx;
+        n = pool.n;
+        chunks = pool.chunks;
+        pthread_mutex_unlock(&pool.lock);
+        run_chunks(seen, fn, ctx, n, chunks);
+    }
+    return NULL;
+}
+
+/* Start workers until there are `want` (under lock). Fewer is fine: the caller
+ * and the workers that did start claim every chunk between them. */
+static void grow_pool(int want) {
+    pthread_attr_t attr;
+    if (pool.workers >= want || pthread_attr_init(&attr) != 0) return;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    while (pool.workers < want) {
+        pthread_t tid;
+        if (pthread_create(&tid, &attr, worker_main, (void *)(uintptr_t)pool.job) != 0) break;
+        pool.workers++;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+void cuvil_parallel_for(cuvil_task_fn fn, void *ctx, int64_t n) {
+    uint32_t chunks, id;
+    int threads = tls_threads;
+    if (n <= 0) return;
+    if (threads <= 1 || n == 1 || tls_in_task) {
+        fn(ctx, 0, n);
+        return;
+    }
+    chunks = (uint32_t)((int64_t)threads < n ? (int64_t)threads : n);
+    pthread_mutex_lock(&pool.lock);
+    if (pool.busy) { /* another context is running: do not wait, do not oversubscribe */
+        pthread_mutex_unlock(&pool.lock);
+        tls_in_task = 1;
+        fn(ctx, 0, n);
+        tls_in_task = 0;
+        return;
+    }
+    pool.busy = 1;
+    grow_pool((int)chunks - 1);
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.n = n;
+    pool.chunks = chunks;
+    id = pool.job + 1;
+    __atomic_store_n(&pool.remaining, chunks, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.claim, (uint64_t)id << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool.job, id, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+
+    tls_in_task = 1;
+    run_chunks(id, fn, ctx, n, chunks);
+    tls_in_task = 0;
+
+    pthread_mutex_lock(&pool.lock);
+    while (__atomic_load_n(&pool.remaining, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&pool.done, &pool.lock);
+    pool.busy = 0;
+    pthread_mutex_unlock(&pool.lock);
+}
+
+void cuvil_set_num_threads(int n) { tls_threads = clamp_threads(n); }
+int cuvil_get_num_threads(void) { return tls_threads; }
+
+#endif
