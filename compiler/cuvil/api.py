@@ -64,55 +64,101 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
             target=None, prefix: str = "cuvil_model", jit: bool = False) -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it.
 
-    With `jit=True` the same LLVM IR is JIT-compiled in-process instead of linked into a
-    shared library (for tests; the deployed artifacts always go through the linker)."""
-    from .backend.llvm.codegen import generate, vector_bits
-    from .backend.llvm.link import link_shared
+    The object is linked with the C runtime into a shared library exactly as
+    `cuvil link --kind shared` does, and called through the generated C API
+    (`<prefix>_create` / `_run` / `_set_threads`). With `jit=True` the same LLVM IR is
+    JIT-compiled in-process instead (for tests; runs serially)."""
+    from .backend.llvm.codegen import generate
+    from .backend.llvm.kernels import scratch_bytes
     from .backend.llvm.target import compile_to_object, host_target
     from .backend.llvm.weights import weights_object
-    from .backend.llvm.kernels import scratch_bytes
+    from .native import link_artifact
     from .passes.pipeline import default_pipeline, run_pipeline
 
     if quantization not in QUANTIZATION_MODES:
         raise CuvilError(f"quantization {quantization!r} is not supported (supported: {', '.join(QUANTIZATION_MODES)})")
-    if not isinstance(threads, int) or threads < 1:
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
     ir_module = _to_ir(module, example_inputs)
     run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
     target = target or host_target()
-    gen = generate(ir_module, prefix, vector_bits(target))
+    gen = generate(ir_module, prefix, target.vector_bits)
     if jit:
         from .backend.llvm.jit import JitEngine
         engine = JitEngine(gen, target)
-        return CompiledModel(engine, gen, ir_module, threads, forward=engine.forward)
-    obj = compile_to_object(gen.llvm_ir, target)
-    wobj = weights_object(f"{prefix}_weights", gen.weights, target)
+        return _JitModel(engine, gen, ir_module)
+    manifest = manifest_of(gen, target, threads)
     with tempfile.TemporaryDirectory(prefix="cuvil-") as tmp:
-        paths = [Path(tmp, "model.o"), Path(tmp, "weights.o")]
-        paths[0].write_bytes(obj)
-        paths[1].write_bytes(wobj)
-        so = link_shared(paths, [], Path(tmp, f"lib{prefix}.so"))
+        paths = [Path(tmp, f"{prefix}.o"), Path(tmp, f"{prefix}.weights.o")]
+        paths[0].write_bytes(compile_to_object(gen.llvm_ir, target))
+        paths[1].write_bytes(weights_object(f"{prefix}_weights", gen.weights, target))
+        so = link_artifact("shared", paths, manifest, None, Path(tmp, f"lib{prefix}.so"))
         lib = ctypes.CDLL(str(so))  # the mapping survives the directory's removal
     return CompiledModel(lib, gen, ir_module, threads)
 
 
-class CompiledModel:
-    """A compiled model loaded in-process. Call it with NumPy arrays; returns a tuple."""
+def manifest_of(gen, target, threads: int = 1, preprocess=None, postprocess=None) -> dict:
+    """The compile stage's manifest for generated code (see cuvil.build)."""
+    return {
+        "format": "cuvil-manifest-1",
+        "prefix": gen.prefix,
+        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
+        "arena_size": gen.arena_size,
+        "threads": threads,
+        "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.inputs],
+        "outputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.outputs],
+        "preprocess": preprocess or {},
+        "postprocess": postprocess or {},
+    }
 
-    def __init__(self, lib, gen, ir_module: Module, threads: int = 1, forward=None):
-        self._lib = lib  # keeps the library (or JIT engine) alive
-        if forward is None:
-            forward = getattr(lib, f"{gen.prefix}_forward")
-            forward.restype = None
-            forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        self._forward = forward
+
+class CompiledModel:
+    """A compiled model loaded in-process. Call it with NumPy arrays; returns a tuple.
+
+    One context (arena) per CompiledModel: calls from several threads at once get an
+    error from the runtime (busy) rather than racing; make one model per thread."""
+
+    def __init__(self, lib, gen, ir_module: Module, threads: int = 1):
+        self._lib = lib
+        p = gen.prefix
         self.inputs: list[tuple[str, TensorType]] = gen.inputs
         self.outputs: list[tuple[str, TensorType]] = gen.outputs
         self.arena_size = gen.arena_size
         self.kernel_count = gen.kernels
         self.ir = ir_module
+        self._run = getattr(lib, f"{p}_run")
+        self._run.restype = ctypes.c_int
+        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self._destroy = getattr(lib, f"{p}_destroy")
+        self._destroy.argtypes = [ctypes.c_void_p]
+        self._last_error = lib.cuvil_last_error
+        self._last_error.restype = ctypes.c_char_p
+        create = getattr(lib, f"{p}_create")
+        create.restype = ctypes.c_int
+        ctx = ctypes.c_void_p()
+        self._check(create(ctypes.byref(ctx)), "create")
+        self._ctx = ctx
+        self.threads = 1
+        self.set_threads(threads)
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise CuvilError(f"{what} failed: {self._last_error().decode(errors='replace')}")
+
+    def set_threads(self, threads: int) -> None:
+        if not isinstance(threads, int) or threads < 1:
+            raise CuvilError(f"threads must be a positive integer, got {threads!r}")
+        fn = getattr(self._lib, f"{self._prefix()}_set_threads")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        self._check(fn(self._ctx, threads), "set_threads")
         self.threads = threads
-        self._arena = _aligned_empty(max(self.arena_size, 64))
+
+    def _prefix(self) -> str:
+        return self._run.__name__[: -len("_run")]
+
+    def _invoke(self, in_ptrs, out_ptrs) -> None:
+        self._check(self._run(self._ctx, in_ptrs, out_ptrs), "run")
 
     def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
         if len(arrays) != len(self.inputs):
@@ -134,8 +180,35 @@ class CompiledModel:
         outs = [np.empty(t.shape, t.np_dtype) for _, t in self.outputs]
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
+        self._invoke(in_ptrs, out_ptrs)
         return tuple(outs)
+
+    def __del__(self):
+        ctx = getattr(self, "_ctx", None)
+        if ctx is not None and ctx.value:
+            self._destroy(ctx)
+            self._ctx = None
+
+
+class _JitModel(CompiledModel):
+    """The JIT path: the same call interface over the JIT'd forward function."""
+
+    def __init__(self, engine, gen, ir_module: Module):
+        self._lib = engine
+        self.inputs, self.outputs = gen.inputs, gen.outputs
+        self.arena_size, self.kernel_count, self.ir = gen.arena_size, gen.kernels, ir_module
+        self.threads = 1
+        self._arena = _aligned_empty(max(self.arena_size, 64))
+        self._forward = engine.forward
+
+    def set_threads(self, threads: int) -> None:
+        raise CuvilError("the JIT path runs single-threaded")
+
+    def _invoke(self, in_ptrs, out_ptrs) -> None:
+        self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
+
+    def __del__(self):
+        pass
 
 
 def _aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:

@@ -105,7 +105,7 @@ def test_unfused_pipeline_lowers_every_bare_op():
     from cuvil.backend.llvm.codegen import generate
     from cuvil.backend.llvm.jit import JitEngine
     from cuvil.backend.llvm.kernels import scratch_bytes
-    from cuvil.api import CompiledModel, _to_ir
+    from cuvil.api import _JitModel, _to_ir
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
     model, inputs = ZOO["se_cnn"](0)
     module = _to_ir(model, inputs)
@@ -114,8 +114,24 @@ def test_unfused_pipeline_lowers_every_bare_op():
     names = {op.name for op in module.main.body.ops}
     assert "cuvil.fused" not in names and {"cuvil.add", "cuvil.sigmoid"} & names
     gen = generate(module)
-    engine = JitEngine(gen)
-    got = CompiledModel(engine, gen, module, forward=engine.forward)(*[x.numpy() for x in inputs])[0]
+    got = _JitModel(JitEngine(gen), gen, module)(*[x.numpy() for x in inputs])[0]
     with torch.no_grad():
         ref = model(*inputs).numpy()
     assert np.abs(got - ref).max() <= REL_TOL * np.abs(ref).max()
+
+
+def test_threads_give_the_same_numbers():
+    torch.manual_seed(0)
+    model = randomize_norm_stats_(mobilenet_v2.mobilenet_v2(), 0).eval()
+    (x,) = mobilenet_v2.example_inputs(seed=1, size=96)
+    compiled = cuvil.compile(model, (x,), threads=2)
+    assert compiled.threads == 2
+    two = compiled(x.numpy())[0]
+    compiled.set_threads(1)
+    one = compiled(x.numpy())[0]
+    with torch.no_grad():
+        ref = model(x).numpy()
+    np.testing.assert_array_equal(one, two)  # work is split by rows: each value is computed alike
+    assert np.abs(two - ref).max() <= REL_TOL * np.abs(ref).max()
+    with pytest.raises(cuvil.CuvilError, match="positive integer"):
+        compiled.set_threads(0)
