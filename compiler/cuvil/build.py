@@ -204,7 +204,7 @@ def _project_files(before: set, cfg: Config) -> list[Path]:
         files.add(cfg.resolve(cfg.data["model"]["source"]).resolve())
     for name in set(sys.modules) - before:
         f = getattr(sys.modules.get(name), "__file__", None)
-        if not f:
+        if not isinstance(f, str) or not os.path.isabs(f) or not os.path.isfile(f):
             continue
         p = Path(f).resolve()
         if any(p.is_relative_to(s) for s in skip):
