@@ -2,7 +2,8 @@
 #   make setup  - install the runtime's Debian packages (when missing), create .venv
 #                 (python3.11) and install the pinned environment
 #   make test   - run the test suite
-#   make demo   - compile MobileNetV2 with Cuvil and compare it with torch eager
+#   make demo   - build the MobileNetV2 executable (dist/mobilenet_v2), classify
+#                 examples/cat.jpg with it, then compare cuvil.compile with torch eager
 #   make all    - setup + demo
 
 PYTHON ?= python3.11
@@ -52,4 +53,7 @@ test: setup
 	$(PY) -m pytest -q tests
 
 demo: setup
+	$(VENV)/bin/cuvil build --config examples/mobilenet_v2.yaml --output dist/mobilenet_v2
+	./dist/mobilenet_v2 --input examples/cat.jpg --output dist/cat.json
+	$(PY) examples/print_prediction.py dist/cat.json examples/cat.jpg
 	$(PY) examples/demo.py
