@@ -82,7 +82,10 @@ cuvil_capture = rule(
 
 def effective_quantization(ctx):
     """The attribute if set, else --//settings:quantization."""
-    return ctx.attr.quantization or ctx.attr._quantization_flag[BuildSettingInfo].value
+    q = ctx.attr.quantization or ctx.attr._quantization_flag[BuildSettingInfo].value
+    if q not in QUANTIZATIONS:
+        fail("quantization '%s' is not a Cuvil quantization method (methods: %s)" % (q, ", ".join(QUANTIZATIONS)))
+    return q
 
 def _cuvil_compile_impl(ctx):
     tc = ctx.toolchains[CUVIL_TOOLCHAIN_TYPE].cuvil
@@ -169,8 +172,8 @@ cuvil_compile = rule(
         ),
         "model_name": attr.string(doc = "Base name of the outputs (default: the target's name)."),
         "quantization": attr.string(
-            values = [""] + QUANTIZATIONS,
-            doc = "Overrides --//settings:quantization for this model.",
+            doc = "Overrides --//settings:quantization for this model: none, fp16, " +
+                  "int8_sym or int4_block (empty: the flag).",
         ),
         "plugins": attr.label_list(
             providers = [CcInfo],
