@@ -1,6 +1,6 @@
 """Compile the pretrained MobileNetV2 with Cuvil and compare it with PyTorch eager.
 
-Classifies scikit-image's ``chelsea`` cat photo with both, then prints the largest
+Classifies examples/cat.jpg (scikit-image's ``chelsea`` photo) with both, then prints the largest
 absolute difference between their logits, both top-5 class lists and both median
 latencies. Exits non-zero if the two disagree on the top-1 class.
 
@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from skimage import data, transform
+from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 import cuvil  # noqa: E402
 from examples.models.mobilenet_v2 import pretrained_mobilenet_v2  # noqa: E402
@@ -30,16 +31,17 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 CAT_CLASSES = range(281, 286)
 
 
-def preprocess(image: np.ndarray, size: int = 224, resize_to: int = 256) -> np.ndarray:
-    """HWC uint8 RGB -> NCHW float32: shorter side to ``resize_to``, centre crop
-    ``size``, scale to [0, 1], normalise with the ImageNet mean and std."""
-    h, w = image.shape[:2]
-    scale = resize_to / min(h, w)
-    new_h, new_w = max(size, round(h * scale)), max(size, round(w * scale))
-    resized = transform.resize(image, (new_h, new_w), order=1, anti_aliasing=True,
-                               preserve_range=True).astype(np.float32) / 255.0
-    top, left = (new_h - size) // 2, (new_w - size) // 2
-    crop = resized[top:top + size, left:left + size]
+def preprocess(path: Path, size: int = 224, resize_to: int = 256) -> np.ndarray:
+    """The torchvision recipe, as the executable compiles it in: shorter side to
+    ``resize_to`` (PIL bilinear), centre crop ``size``, scale to [0, 1], normalise with
+    the ImageNet mean and std; NCHW float32."""
+    img = Image.open(path).convert("RGB")
+    w, h = img.size
+    s = resize_to / min(w, h)
+    img = img.resize((int(w * s) if w > h else resize_to, int(h * s) if h > w else resize_to), Image.BILINEAR)
+    w, h = img.size
+    left, top = int(round((w - size) / 2.0)), int(round((h - size) / 2.0))
+    crop = np.asarray(img.crop((left, top, left + size, top + size)), np.float32) / 255.0
     normalised = (crop - IMAGENET_MEAN) / IMAGENET_STD
     return np.ascontiguousarray(normalised.transpose(2, 0, 1)[None], dtype=np.float32)
 
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     model = pretrained_mobilenet_v2()
-    x = preprocess(data.chelsea())
+    x = preprocess(ROOT / "examples" / "cat.jpg")
     x_torch = torch.from_numpy(x)
 
     with torch.inference_mode():
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     cuvil_ms = median_latency_ms(lambda: compiled(x), args.runs)
 
     torch_top5, cuvil_top5 = top5(expected), top5(got)
-    print(f"input: skimage.data.chelsea() -> {x.shape} float32, threads={args.threads}")
+    print(f"input: examples/cat.jpg -> {x.shape} float32, threads={args.threads}")
     print(f"output shape: torch {expected.shape}, cuvil {got.shape}")
     print(f"max abs error (logits): {float(np.max(np.abs(got - expected))):.3e}")
     print(f"top-5 torch: {torch_top5}")
