@@ -242,7 +242,8 @@ def cuvil_model(
         their headers are inputs of the compile action.
       data: files the config or the model reads (labels, checkpoints).
       visibility, tags, testonly: as usual, applied to every target.
-      **kwargs: passed to the <name> cc_library (e.g. `linkstatic`, `alwayslink`).
+      **kwargs: passed to the <name> cc_library (e.g. `alwayslink`; `linkstatic =
+        False` to also build lib<name>.so).
     """
     common = dict(tags = tags, testonly = testonly)
     cuvil_capture(
@@ -272,13 +273,15 @@ def cuvil_model(
             visibility = visibility,
             **common
         )
+    library_kwargs = dict(common, linkstatic = True)  # no lib<name>.so (large) unless asked
+    library_kwargs.update(kwargs)
     cc_library(
         name = name,
         srcs = [":" + name + "_objects", ":" + name + "_api_glue"],
         hdrs = [":" + name + "_header"],
         deps = [RUNTIME] + plugins,
         visibility = visibility,
-        **dict(common, **kwargs)
+        **library_kwargs
     )
     cc_library(
         name = name + "_main",
@@ -286,6 +289,7 @@ def cuvil_model(
         hdrs = [":" + name + "_header"],
         deps = [RUNTIME_MAIN, RUNTIME] + plugins,
         alwayslink = True,
+        linkstatic = True,
         visibility = visibility,
         **common
     )
