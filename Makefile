@@ -25,11 +25,18 @@ STAMP := $(VENV)/.cuvil-setup-$(SETUP_KEY)
 SYSTEM_PACKAGES := libjpeg62-turbo-dev libpng-dev zlib1g-dev
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo)
 
-.PHONY: all setup system-packages test demo
+# Debian packages for the Bazel build (see the README's "Using Cuvil from Bazel"):
+# Bazel 4.2.3 and the rule sets the offline WORKSPACE maps, the aarch64 Linux cross
+# toolchain and qemu-user to run its binaries, clang/lld/wasi-libc for wasm32-wasi.
+BAZEL_PACKAGES := bazel-bootstrap bazel-platforms bazel-skylib bazel-rules-java \
+	gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user \
+	clang-14 lld-14 llvm-14 wasi-libc libclang-rt-14-dev-wasm32
+
+.PHONY: all setup system-packages bazel-packages test demo
 
 all: setup demo
 
-setup: system-packages $(STAMP)
+setup: system-packages bazel-packages $(STAMP)
 
 # Idempotent: only calls apt-get when one of the packages is not installed.
 system-packages:
@@ -37,6 +44,14 @@ system-packages:
 	  echo "not a Debian system: install the static libjpeg, libpng and zlib development libraries yourself"; \
 	elif ! dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES); \
+	fi
+
+# Idempotent too: apt-get runs only when one of them is missing.
+bazel-packages:
+	@if ! command -v dpkg >/dev/null 2>&1; then \
+	  echo "not a Debian system: install Bazel, an aarch64-linux-gnu gcc, qemu-user, clang, lld and wasi-libc yourself"; \
+	elif ! dpkg -s $(BAZEL_PACKAGES) >/dev/null 2>&1; then \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(BAZEL_PACKAGES); \
 	fi
 
 $(PY):

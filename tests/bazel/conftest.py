@@ -55,8 +55,8 @@ def _tail(text: str, lines: int = 60) -> str:
 
 
 class Bazel:
-    """`bazel --output_base=<own dir> COMMAND ...` in the repository, 2 jobs, no
-    convenience symlinks in the workspace."""
+    """`bazel --output_base=<own dir> COMMAND ...` in the repository, with
+    $CUVIL_BAZEL_JOBS (default 2) jobs and no convenience symlinks in the workspace."""
 
     def __init__(self, output_base: Path):
         self.output_base = output_base
@@ -66,7 +66,7 @@ class Bazel:
     def __call__(self, command: str, *args: str, check: bool = True, timeout: float = 1800):
         cmd = [BAZEL, f"--output_base={self.output_base}", command]
         if command in ("build", "test", "run", "info"):
-            cmd += ["--jobs=2", "--symlink_prefix=/"]
+            cmd += [f"--jobs={os.environ.get('CUVIL_BAZEL_JOBS', '2')}", "--symlink_prefix=/"]
         cmd += list(args)
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
