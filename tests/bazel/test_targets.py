@@ -107,3 +107,18 @@ def test_cpp_app_matches_model_executables(bazel, tmp_path):
         expected = np.load(tmp_path / f"{prefix}.npy")
         got = np.fromfile(tmp_path / f"{prefix}.f32", dtype=np.float32).reshape(expected.shape)
         assert_logits_close(expected, got, f"{prefix}: C++ app vs {target}")
+
+
+def test_runtime_libraries_match_the_link_stage(bazel):
+    """//:runtime and //:runtime_main compile the sources the link stage (cuvil.native)
+    compiles, so Bazel-built artifacts and `cuvil link` ones have the same runtime."""
+    import sys
+    sys.path.insert(0, str(REPO / "compiler"))
+    from cuvil.runtime import CORE_SOURCES, EXE_SOURCES
+
+    def srcs(label):
+        out = bazel("query", f"labels(srcs, {label})").stdout.split()
+        return sorted(s.rsplit("/", 1)[-1] for s in out if s.endswith(".c"))
+
+    assert srcs("//:runtime") == sorted(CORE_SOURCES)
+    assert srcs("//:runtime_main") == sorted(EXE_SOURCES)
