@@ -20,7 +20,9 @@ from ...ir.interpreter import PLAN_ATTRS
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I8, I64, MEM_TYPES, PTR, i64
+from .custom import emit_custom
 from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
+from .gemm import pack_b
 from .weights import WEIGHTS_ALIGN, declare_weights
 
 _PLAN_ATTRS = PLAN_ATTRS
@@ -66,30 +68,46 @@ class _Codegen:
         self.weight_offsets: dict[int, int] = {}
         self.blob = bytearray()
 
+    def _packs_b(self, op) -> bool:
+        """A matmul whose B is a constant 2-D f32 matrix: B is stored packed in panels."""
+        if op.name != "cuvil.matmul":
+            return False
+        b_val = op.operands[1]
+        d = b_val.defining_op
+        return (d is not None and d.name == "cuvil.constant" and b_val.type.rank == 2
+                and b_val.dtype == "f32" and op.result.dtype == "f32")
+
+    def _add_blob(self, key, array: np.ndarray) -> None:
+        data = np.ascontiguousarray(array)
+        data = data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
+        self.blob += b"\0" * (_align(len(self.blob)) - len(self.blob))
+        self.weight_offsets[key] = len(self.blob)
+        self.blob += data
+
     def layout_weights(self):
         for op in self.fn.body.ops:
             if op.name != "cuvil.constant":
                 continue
-            users_need_memory = any(not _inlinable(u, i) for u in op.result.uses
-                                    for i, v in enumerate(u.operands) if v is op.result)
-            if not users_need_memory:
-                continue
-            data = np.ascontiguousarray(op.value)
-            data = data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
-            self.blob += b"\0" * (_align(len(self.blob)) - len(self.blob))
-            self.weight_offsets[id(op.result)] = len(self.blob)
-            self.blob += data
+            uses = [(u, i) for u in op.result.uses for i, v in enumerate(u.operands) if v is op.result]
+            if any(i == 1 and self._packs_b(u) for u, i in uses):
+                self._add_blob((id(op.result), "packed"), pack_b(op.value, self.vw))
+            if any(not _inlinable(u, i) and not (i == 1 and self._packs_b(u)) for u, i in uses):
+                self._add_blob(id(op.result), op.value)
         self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
 
     def kernel(self, op, aliased: bool) -> ir.Function:
         consts = {i: op.operands[i].defining_op.value.reshape(()).item()
                   for i in range(len(op.operands)) if _inlinable(op, i)}
         attrs = {k: v for k, v in op.attrs.items() if k not in _PLAN_ATTRS}
+        packed = self._packs_b(op)
         key = "|".join([op.name, format_attrs(attrs), str(op.result.type),
-                        ",".join(str(v.type) for v in op.operands), repr(sorted(consts.items())), str(aliased)])
+                        ",".join(str(v.type) for v in op.operands), repr(sorted(consts.items())), str(aliased),
+                        str(packed)])
         if key in self.kernels:
             return self.kernels[key]
         emitter = k_copy if op.name == "cuvil.reshape" else EMITTERS.get(op.name)
+        if op.name == "cuvil.custom":  # a call to a plugin's C function (custom.py)
+            emitter = emit_custom
         if op.name in ELEMENTWISE:  # a bare elementwise op (fusion turned off): a one-step program
             attrs = {"program": [[op.name.split(".", 1)[1], list(range(len(op.operands))), attrs]]}
             emitter = EMITTERS["cuvil.fused"]
@@ -110,7 +128,7 @@ class _Codegen:
         args = KernelArgs(out=typed[0], out_type=op.result.type,
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
                           in_types=[v.type for v in op.operands], attrs=dict(attrs), consts=consts,
-                          vw=self.vw, scratch=f.args[-1])
+                          vw=self.vw, scratch=f.args[-1], packed_b=packed)
         try:
             emitter(b, args)
         except BackendError:
@@ -178,8 +196,11 @@ class _Codegen:
                 continue
             if len(op.results) != 1:
                 raise BackendError(f"{op.name}: multi-result ops are not supported by the backend")
-            ptrs = [where(op.result)] + [None if _inlinable(op, i) else where(v)
-                                         for i, v in enumerate(op.operands)]
+            packed = self._packs_b(op)
+            ptrs = [where(op.result)] + [
+                None if _inlinable(op, i) else
+                b.gep(wbase, [i64(self.weight_offsets[(id(v), "packed")])], inbounds=True) if packed and i == 1
+                else where(v) for i, v in enumerate(op.operands)]
             real = [p for p in ptrs if p is not None]
             aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"
             if scratch_bytes(op) and "scratch_offset" not in op.attrs:
@@ -208,87 +229,6 @@ class _Codegen:
 def vector_bits(target) -> int:
     """The widest float vector the target's features allow (kernels pick tiles from it)."""
     return target.vector_bits
-
-
-def generate(self) -> Generated:
-        fn = self.fn
-        self.layout_weights()
-        wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
-        entry = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), [PTR.as_pointer(), PTR.as_pointer(), PTR]),
-                            name=f"{self.prefix}_forward")
-        entry.attributes.add("nounwind")
-        b = ir.IRBuilder(entry.append_basic_block("entry"))
-        inputs, outputs, arena = entry.args
-        wbase = b.bitcast(wsym, PTR)
-        loc: dict[int, ir.Value] = {}
-        for i, a in enumerate(fn.args):
-            loc[id(a)] = b.load(b.gep(inputs, [i64(i)]), name=f"in{i}")
-        outs = fn.outputs
-        direct: dict[int, int] = {}  # value id -> output index written in place
-        for j, v in enumerate(outs):
-            op = v.defining_op
-            if op is not None and op.name != "cuvil.constant" and id(v) not in direct \
-                    and not op.attrs.get("alias"):
-                direct[id(v)] = j
-        out_ptrs = [b.load(b.gep(outputs, [i64(j)]), name=f"out{j}") for j in range(len(outs))]
-
-        def where(v: Value) -> ir.Value:
-            if id(v) in loc:
-                return loc[id(v)]
-            op = v.defining_op
-            if op.name == "cuvil.constant":
-                p = b.gep(wbase, [i64(self.weight_offsets[id(v)])], inbounds=True)
-            elif id(v) in direct:
-                p = out_ptrs[direct[id(v)]]
-            elif op.attrs.get("alias"):
-                p = where(op.operands[0])
-            else:
-                if "arena_offset" not in op.attrs:
-                    raise BackendError(f"{op.name} has no arena_offset: run the memory-plan pass first")
-                p = b.gep(arena, [i64(op.attrs["arena_offset"])], inbounds=True)
-            loc[id(v)] = p
-            return p
-
-        for op in fn.body.ops:
-            if op.name in ("cuvil.constant", "cuvil.return") or op.attrs.get("alias"):
-                continue
-            if len(op.results) != 1:
-                raise BackendError(f"{op.name}: multi-result ops are not supported by the backend")
-            ptrs = [where(op.result)] + [None if _inlinable(op, i) else where(v)
-                                         for i, v in enumerate(op.operands)]
-            real = [p for p in ptrs if p is not None]
-            aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"
-            if scratch_bytes(op) and "scratch_offset" not in op.attrs:
-                raise BackendError(f"{op.name} needs {scratch_bytes(op)} bytes of scratch but has no "
-                                   "scratch_offset: plan memory with the backend's scratch sizes")
-            kern = self.kernel(op, aliased)
-            scratch = (b.gep(arena, [i64(op.attrs["scratch_offset"])], inbounds=True)
-                       if "scratch_offset" in op.attrs else ir.Constant(PTR, None))
-            b.call(kern, [p if p is not None else ir.Constant(PTR, None) for p in ptrs] + [scratch])
-        # Outputs not written in place (inputs, constants, duplicates, aliases) are copied.
-        for j, v in enumerate(outs):
-            if direct.get(id(v)) == j:
-                continue
-            n = v.type.nbytes
-            memcpy = self.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-            b.call(memcpy, [out_ptrs[j], where(v), i64(n), ir.Constant(ir.IntType(1), 0)])
-        b.ret_void()
-        self.serial_parallel_for()
-        return Generated(llvm_ir=str(self.mod), weights=bytes(self.blob), prefix=self.prefix,
-                         arena_size=int(fn.attrs.get("arena_size", 0)),
-                         inputs=list(zip(fn.input_names, [a.type for a in fn.args])),
-                         outputs=list(zip(fn.output_names, [v.type for v in outs])),
-                         kernels=len(self.kernels))
-
-
-def vector_bits(target) -> int:
-    """The widest float vector the target's features allow (kernels pick tiles from it)."""
-    feats = set(f.strip() for f in (target.features or "").split(","))
-    if target.triple.startswith("x86_64"):
-        if "+avx512f" in feats and "+prefer-256-bit" not in feats:
-            return 512
-        return 256 if "+avx2" in feats or "+avx" in feats else 128
-    return 128
 
 
 def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128) -> Generated:

@@ -26,9 +26,11 @@ def _splat(b, x, vty):
     return b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
 
 
-def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety):
+def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety, c_j0=None,
+          valid=None):
     """One mr x (nv*vw) tile at rows starting a_row0/c_row0 (i64 element offsets) and
-    column j0 (i64)."""
+    column j0 (i64) of B; C's column is c_j0 (default j0). `valid` (int < nv*vw) stores
+    only that many leading columns (a zero-padded packed panel)."""
     vty = ir.VectorType(ety, vw)
     accs = [[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)]
     zero = ir.Constant(vty, [0.0] * vw)
@@ -43,10 +45,18 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
             for v in range(nv):
                 acc = accs[r][v]
                 b.store(b.fadd(b.load(acc), b.fmul(av, bv[v], flags=CONTRACT), flags=CONTRACT), acc)
+    c_j0 = j0 if c_j0 is None else c_j0
+    width = nv * vw
+    full = width if valid is None else (valid // vw) * vw
     for r in range(mr):
-        crow = b.add(b.add(c_row0, i64(r * ldc)), j0)
-        for v in range(nv):
+        crow = b.add(b.add(c_row0, i64(r * ldc)), c_j0)
+        for v in range(full // vw):
             b.store(b.load(accs[r][v]), _vec_ptr(b, C, b.add(crow, i64(v * vw)), vty), align=4)
+        if valid is not None and valid > full:  # the ragged end of the last panel
+            vec = b.load(accs[r][full // vw])
+            for j in range(valid - full):
+                x = b.extract_element(vec, ir.Constant(ir.IntType(32), j))
+                b.store(x, b.gep(C, [b.add(crow, i64(full + j))], inbounds=True))
 
 
 def _scalar_cols(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, ncols, K, mr, ety):
@@ -118,3 +128,99 @@ def emit_gemm(b, A, a_off, lda, B, b_off, ldb, C, c_off, ldc, M, N, K, vw, ety, 
         has_last = b.and_(b.icmp_signed("<=", begin, last), b.icmp_signed(">", end, last))
         with b.if_then(has_last):
             row_block(i64(full_rows * mr_full), M % mr_full)
+
+
+# -- packed B ---------------------------------------------------------------------------------
+# B packed in panels of NR columns: panel p holds B[:, p*NR:(p+1)*NR] as K rows of NR
+# contiguous values (zero-padded past N). The micro-kernel then streams one contiguous
+# panel, which stays in cache across the row blocks that use it.
+ROW_GROUP = 8  # row blocks per unit of parallel work
+
+
+def panel_width(vw: int) -> int:
+    return micro_shape(vw)[1] * vw
+
+
+def pack_b(array, vw: int):
+    """Pack a constant [K, N] matrix (NumPy) into panels, for the compiled-in weights."""
+    import numpy as np
+    k, n = array.shape
+    nr = panel_width(vw)
+    panels = -(-n // nr)
+    padded = np.zeros((k, panels * nr), array.dtype)
+    padded[:, :n] = array
+    return np.ascontiguousarray(padded.reshape(k, panels, nr).transpose(1, 0, 2))
+
+
+def packed_size(K: int, N: int, vw: int) -> int:
+    """Elements of a packed [K, N] matrix."""
+    nr = panel_width(vw)
+    return -(-N // nr) * nr * K
+
+
+def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None):
+    """Pack B[K, N] (row stride ldb) into dst at run time; `panels=(p0, p1)` limits it."""
+    nr = panel_width(vw)
+    p0, p1 = panels if panels is not None else (i64(0), i64(-(-N // nr)))
+    zero = ir.Constant(ety, 0.0)
+    with for_range(b, p1, start=p0, name="pp") as p:
+        with for_range(b, K, name="pk") as k:
+            src = b.add(b.add(b_off, b.mul(k, i64(ldb))), b.mul(p, i64(nr)))
+            out = b.add(b.mul(p, i64(K * nr)), b.mul(k, i64(nr)))
+            with for_range(b, nr, name="pj") as j:
+                ok = b.icmp_signed("<", b.add(b.mul(p, i64(nr)), j), i64(N))
+                v = b.load(b.gep(B, [b.select(ok, b.add(src, j), b_off)], inbounds=True))
+                b.store(b.select(ok, v, zero), b.gep(dst, [b.add(out, j)], inbounds=True))
+
+
+def packed_work_items(M: int, N: int, vw: int) -> int:
+    """Units of parallel work of emit_gemm_packed: (panel, group of row blocks) pairs."""
+    return -(-N // panel_width(vw)) * -(-row_blocks(M, vw) // ROW_GROUP)
+
+
+def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None):
+    """C = A @ B with B packed by pack_b/emit_pack_b. Work item t covers panel t % P and
+    row-block group t // P; `items=(t0, t1)` (i64 values) limits the work.
+    `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64)."""
+    mr_full, nv = micro_shape(vw)
+    nr = nv * vw
+    panels = -(-N // nr)
+    nblocks = row_blocks(M, vw)
+    full_rows = M // mr_full
+    t0, t1 = items if items is not None else (i64(0), i64(packed_work_items(M, N, vw)))
+    last_cols = N - (panels - 1) * nr
+    with for_range(b, t1, start=t0, name="wi") as t:
+        p = b.srem(t, i64(panels))
+        g = b.sdiv(t, i64(panels))
+        j0 = b.mul(p, i64(nr))
+        b_panel = b.mul(p, i64(K * nr))
+        blk0 = b.mul(g, i64(ROW_GROUP))
+        blk1 = b.add(blk0, i64(ROW_GROUP))
+        blk1 = b.select(b.icmp_signed(">", blk1, i64(nblocks)), i64(nblocks), blk1)
+
+        def tile(row0, mr, valid):
+            a_row0 = b.add(a_off, b.mul(row0, i64(lda)))
+            c_row0 = b.add(c_off, b.mul(row0, i64(ldc)))
+            _tile(b, A, a_row0, lda, Bp, b_panel, nr, C, c_row0, ldc, i64(0), K, mr, nv, vw, ety,
+                  c_j0=j0, valid=valid)
+            if epilogue is not None:
+                epilogue(b, row0, mr, j0, nr if valid is None else valid)
+
+        def row_blocks_of(valid):
+            full_end = b.select(b.icmp_signed("<", blk1, i64(full_rows)), blk1, i64(full_rows))
+            with for_range(b, full_end, start=blk0, name="ib") as ib:
+                tile(b.mul(ib, i64(mr_full)), mr_full, valid)
+            if M % mr_full:
+                has_last = b.and_(b.icmp_signed("<=", blk0, i64(full_rows)), b.icmp_signed(">", blk1, i64(full_rows)))
+                with b.if_then(has_last):
+                    tile(i64(full_rows * mr_full), M % mr_full, valid)
+
+        if last_cols == nr:
+            row_blocks_of(None)
+        else:
+            is_last = b.icmp_signed("==", p, i64(panels - 1))
+            with b.if_else(is_last) as (then, otherwise):
+                with then:
+                    row_blocks_of(last_cols)
+                with otherwise:
+                    row_blocks_of(None)

@@ -15,9 +15,10 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
 from ...ir.types import TensorType
-from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, contiguous_strides,
+from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    emit_program, fconst, i64, intrinsic, load, loop_nest, store)
-from .gemm import emit_gemm, row_blocks
+from .gemm import (emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
+                   row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
 
@@ -31,6 +32,7 @@ class KernelArgs:
     attrs: dict
     consts: dict[int, float] = field(default_factory=dict)  # operand index -> inlined scalar
     vw: int = 4                         # f32 lanes of the target's vector registers
+    packed_b: bool = False              # matmul: operand 1 is a constant packed by gemm.pack_b
     scratch: ir.Value | None = None     # i8* scratch memory (see scratch_bytes)
 
 
@@ -113,8 +115,11 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     ptrs = [k.out] + [p for p, _ in extras]
     dtypes = [k.out_type.dtype] + [t.dtype for _, t in extras]
     all_types = [t.dtype for t in k.in_types[n_main:]]
+    flat_cols, flat_strides = coalesce(list(col_dims), [st[split:] for st in strides])
+    supports_cols = len(flat_cols) == 1
 
-    def run(b, row0, rows):
+    def run(b, row0, rows, col0=None, cols=None):
+        """Rows [row0, row0+rows); with col0/cols, only those (flattened) columns."""
         with for_range(b, rows, name="er") as rr:
             r = b.add(row0, rr)
             offs = [i64(0)] * len(ptrs)
@@ -123,7 +128,13 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
                 coord = b.srem(rem, i64(row_dims[d])) if d else rem
                 rem = b.sdiv(rem, i64(row_dims[d]))
                 offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
-            views = [View(p, dt, st[split:], o) for p, dt, st, o in zip(ptrs, dtypes, strides, offs)]
+            if col0 is None:
+                views = [View(p, dt, st[split:], o) for p, dt, st, o in zip(ptrs, dtypes, strides, offs)]
+                nest = col_dims
+            else:
+                views = [View(p, dt, [fs[0]], b.add(o, b.mul(col0, i64(fs[0]))) if fs[0] else o)
+                         for p, dt, fs, o in zip(ptrs, dtypes, flat_strides, offs)]
+                nest = [cols]
 
             def body(b, idx):
                 vals, vi = [load(b, k.out, idx[0], k.out_type.dtype)], 1
@@ -137,7 +148,8 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
                         vi += 1
                 res, _ = emit_program(b, post, vals, [k.out_type.dtype] + all_types)
                 store(b, res, k.out, idx[0], k.out_type.dtype)
-            loop_nest(b, col_dims, views, body)
+            loop_nest(b, nest, views, body)
+    run.supports_cols = supports_cols
     return run
 
 
@@ -209,6 +221,18 @@ def k_matmul(b, k: KernelArgs):
     ety = REG_TYPES[ot.dtype]
     if ot.dtype != "f32":
         raise BackendError(f"cuvil.matmul on {ot.dtype} is not supported by the backend yet")
+    if k.packed_b:
+        # B is a constant, packed in panels at compile time: (panel, row group) work items.
+        rows = at.numel // kk
+        epi = _row_epilogue(k, 2, ot.rank - 1)
+        if epi is not None and not epi.supports_cols:
+            raise BackendError("matmul epilogue cannot be applied per tile")
+
+        def packed_items(b, k2, t, _):
+            emit_gemm_packed(b, k2.ins[0], i64(0), kk, k2.ins[1], k2.out, i64(0), n, rows, n, kk, k2.vw, ety,
+                             _row_epilogue(k2, 2, ot.rank - 1), items=(t, b.add(t, i64(1))))
+        parallel(b, k, packed_work_items(rows, n, k.vw), packed_items)
+        return
     if bt.rank == 2:
         # B is shared by every batch: one GEMM over all rows of A, row blocks in parallel.
         rows = at.numel // kk
@@ -259,44 +283,52 @@ def conv_geometry(x: TensorType, w: TensorType, out: TensorType, attrs):
     return pointwise, gemm
 
 
+PANEL_PAD = 32  # the widest panel (AVX-512): scratch sizes are bounds for every target
+
+
 def scratch_bytes(op) -> int:
-    """Scratch memory a kernel needs while it runs (the memory planner reserves it)."""
+    """Scratch memory a kernel needs while it runs (the memory planner reserves it): the
+    GEMM convolutions pack their B operand (im2col or the input planes) in panels."""
     if op.name != "cuvil.conv2d":
         return 0
     x, w = (v.type for v in op.operands[:2])
-    pointwise, gemm = conv_geometry(x, w, op.result.type, op.attrs)
-    if pointwise or not gemm:
+    _, gemm = conv_geometry(x, w, op.result.type, op.attrs)
+    if not gemm:
         return 0
     _, icg, kh, kw = w.shape
-    return icg * kh * kw * op.result.type.shape[2] * op.result.type.shape[3] * x.itemsize
+    p = op.result.type.shape[2] * op.result.type.shape[3]
+    return icg * kh * kw * (p + PANEL_PAD) * x.itemsize
 
 
-def _im2col(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, rows=None):
-    """S[(ic*kh + ky)*kw + kx, y*ow + x] = X[ic, y*sh - pt + ky*dh, x*sw - pl + kx*dw] or 0,
-    for the rows in [rows[0], rows[1]) (i64 values; default all)."""
+def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, panel):
+    """Panel `panel` (i64) of the packed im2col matrix: S[panel][r][j] for r over
+    (ic, ky, kx) and j < nr, = X[ic, y*sh - pt + ky*dh, x*sw - pl + kx*dw] at column
+    panel*nr + j = y*ow + x, or 0 outside the image or past the last column."""
     zero = fconst(dt, 0.0)
-    r0, r1 = rows if rows is not None else (i64(0), i64(icg * kh * kw))
-    with for_range(b, r1, start=r0, name="r") as r:
+    kdim, p = icg * kh * kw, oh * ow
+    with for_range(b, kdim, name="r") as r:
         ic = b.sdiv(r, i64(kh * kw))
         ky = b.srem(b.sdiv(r, i64(kw)), i64(kh))
         kx = b.srem(r, i64(kw))
         toff_h = b.sub(b.mul(ky, i64(dh)), i64(pt))
         toff_w = b.sub(b.mul(kx, i64(dw)), i64(pl))
         xplane = b.add(xplane0, b.mul(ic, i64(h * w)))
-        srow = b.mul(r, i64(oh * ow))
-        with for_range(b, oh, name="y") as y:
+        dst = b.add(b.mul(panel, i64(kdim * nr)), b.mul(r, i64(nr)))
+        with for_range(b, nr, name="j") as j:
+            col = b.add(b.mul(panel, i64(nr)), j)
+            y, x = b.sdiv(col, i64(ow)), b.srem(col, i64(ow))
             iy = b.add(b.mul(y, i64(sh)), toff_h)
-            oky = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
-            xrow = b.add(xplane, b.mul(b.select(oky, iy, i64(0)), i64(w)))
-            dst = b.add(srow, b.mul(y, i64(ow)))
-            with for_range(b, ow, name="x") as x:
-                ix = b.add(b.mul(x, i64(sw)), toff_w)
-                ok = b.and_(oky, b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w))))
-                v = load(b, X, b.add(xrow, b.select(ok, ix, i64(0))), dt)
-                store(b, b.select(ok, v, zero), S, b.add(dst, x), dt)
+            ix = b.add(b.mul(x, i64(sw)), toff_w)
+            ok = b.and_(b.icmp_signed("<", col, i64(p)),
+                        b.and_(b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h))),
+                               b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w)))))
+            src = b.select(ok, b.add(xplane, b.add(b.mul(iy, i64(w)), ix)), xplane0)
+            store(b, b.select(ok, load(b, X, src, dt), zero), S, b.add(dst, j), dt)
 
 
 def k_conv2d(b, k: KernelArgs):
+    """Convolution as GEMM: per (image, group), B (the input planes for 1x1 convs, the
+    im2col matrix otherwise) is packed in panels into scratch, then C[OC, P] = W @ B."""
     xt, wt = k.in_types[:2]
     pointwise, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
     if not gemm or k.out_type.dtype != "f32":
@@ -308,24 +340,35 @@ def k_conv2d(b, k: KernelArgs):
     ocg, kdim, p = oc // g, icg * kh * kw, oh * ow
     (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
     dt = k.out_type.dtype
+    ety = REG_TYPES[dt]
+    nr = panel_width(k.vw)
+    panels = -(-p // nr)
+    epi_all = _row_epilogue(k, 2, 2)
+    tile_epilogue = epi_all is not None and epi_all.supports_cols
     with for_range(b, n * g, name="ng") as ng:
         ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
         row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
-        if not pointwise:
-            def cols(b, k2, r, ex):
-                _im2col(b, k2.ins[0], ex[0], b.bitcast(k2.scratch, k2.ins[0].type), icg, h, w, kh, kw,
-                        oh, ow, sh, sw, dh, dw, pt, pl, dt, rows=(r, b.add(r, i64(1))))
-            parallel(b, k, icg * kh * kw, cols, [xplane0])
 
-        def gemm_block(b, k2, ib, ex):
-            x0, rb, g_ = ex
-            B, b_off = (k2.ins[0], x0) if pointwise else (b.bitcast(k2.scratch, k2.ins[0].type), i64(0))
-            epi = _row_epilogue(k2, 2, 2)
-            rows_epi = None if epi is None else (lambda bb, r0, mr: epi(bb, bb.add(rb, r0), mr))
-            emit_gemm(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, B, b_off, p, k2.out, b.mul(rb, i64(p)),
-                      p, ocg, p, kdim, k2.vw, REG_TYPES[dt], rows_epi, blocks=(ib, b.add(ib, i64(1))))
-        parallel(b, k, row_blocks(ocg, k.vw), gemm_block, [xplane0, row_base, gi])
+        def pack(b, k2, pp, ex):
+            S = b.bitcast(k2.scratch, k2.ins[0].type)
+            if pointwise:
+                emit_pack_b(b, k2.ins[0], ex[0], p, kdim, p, S, k2.vw, ety, panels=(pp, b.add(pp, i64(1))))
+            else:
+                _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt,
+                               nr, pp)
+        parallel(b, k, panels, pack, [xplane0])
+
+        def gemm_items(b, k2, t, ex):
+            rb, g_ = ex
+            S = b.bitcast(k2.scratch, k2.ins[0].type)
+            epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
+            tile_epi = None if epi is None else (lambda bb, r0, mr, c0, nc: epi(bb, bb.add(rb, r0), mr, c0, nc))
+            emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
+                             ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))))
+        parallel(b, k, packed_work_items(ocg, p, k.vw), gemm_items, [row_base, gi])
+    if epi_all is not None and not tile_epilogue:
+        _epilogue(b, k, 2)
 
 
 def k_conv2d_direct(b, k: KernelArgs):
