@@ -164,6 +164,27 @@ select_test = analysistest.make(
     config_settings = {_QUANTIZATION: "int4_block"},
 )
 
+# Plugins: their headers are inputs of the compile action.
+def _plugin_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    action = _only_compile_action(env)
+    if action != None:
+        inputs = [f.short_path for f in action.inputs.to_list()]
+        asserts.true(env, "tests/bazel/plugin_stub.h" in inputs, "the plugin header is an input")
+    return analysistest.end(env)
+
+plugin_test = analysistest.make(_plugin_test_impl)
+
+def _plugin_linked_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    cc = analysistest.target_under_test(env)[CcInfo]
+    headers = [f.short_path for f in cc.compilation_context.headers.to_list()]
+    asserts.true(env, "tests/bazel/plugin_stub.h" in headers, "the model library carries the plugin")
+    asserts.true(env, "tests/bazel/mlp_with_plugin.h" in headers, "and the model's header")
+    return analysistest.end(env)
+
+plugin_linked_test = analysistest.make(_plugin_linked_test_impl)
+
 # cuvil_binary: the executable's target is a symlink to the transitioned cc_binary.
 def _binary_test_impl(ctx):
     env = analysistest.begin(ctx)
@@ -194,6 +215,8 @@ def cuvil_analysis_test_suite(name):
         "bad_quantization_test": (bad_quantization_test, ":mlp_bad_quantization_compile"),
         "select_test": (select_test, ":quantization_selected"),
         "binary_test": (binary_test, ":mlp_aarch64"),
+        "plugin_test": (plugin_test, ":mlp_with_plugin_compile"),
+        "plugin_linked_test": (plugin_linked_test, ":mlp_with_plugin"),
     }
     for test_name, (rule_fn, target) in tests.items():
         rule_fn(name = test_name, target_under_test = target, size = "small")

@@ -1,0 +1,3 @@
+#include "tests/bazel/plugin_stub.h"
+
+int cuvil_test_plugin_version(void) { return 1; }
