@@ -2,8 +2,8 @@
 #   make setup  - install the runtime's Debian packages (when missing), create .venv
 #                 (python3.11) and install the pinned environment
 #   make test   - run the test suite
-#   make demo   - build the MobileNetV2 executable (dist/mobilenet_v2), classify
-#                 examples/cat.jpg with it, then compare cuvil.compile with torch eager
+#   make demo   - compare cuvil.compile with torch eager on examples/cat.jpg, then build
+#                 the MobileNetV2 executable (dist/mobilenet_v2) and print its prediction
 #   make all    - setup + demo
 
 PYTHON ?= python3.11
@@ -68,7 +68,7 @@ test: setup
 	$(PY) -m pytest -q tests
 
 demo: setup
+	$(PY) examples/demo.py
 	$(VENV)/bin/cuvil build --config examples/mobilenet_v2.yaml --output dist/mobilenet_v2
 	./dist/mobilenet_v2 --input examples/cat.jpg --output dist/cat.json
 	$(PY) examples/print_prediction.py dist/cat.json examples/cat.jpg
-	$(PY) examples/demo.py
