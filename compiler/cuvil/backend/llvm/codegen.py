@@ -38,6 +38,9 @@ class Generated:
     outputs: list[tuple[str, TensorType]]
     kernels: int = 0
     stats: dict = field(default_factory=dict)
+    # With profiling: one (op name, source location, result type) per timed kernel call;
+    # the object then exports `<prefix>_profile`, an i64 cycle counter per call.
+    profile_ops: list = field(default_factory=list)
 
 
 def _align(n: int, a: int = WEIGHTS_ALIGN) -> int:
@@ -59,7 +62,9 @@ def _inlinable(op, i: int) -> bool:
 
 
 class _Codegen:
-    def __init__(self, module: Module, prefix: str, vector_bits: int):
+    def __init__(self, module: Module, prefix: str, vector_bits: int, profile: bool = False):
+        self.profile = profile
+        self.profile_ops: list = []
         self.vw = max(vector_bits // 32, 1)
         self.fn = module.main
         self.prefix = prefix
@@ -140,6 +145,25 @@ class _Codegen:
         self.kernels[key] = f
         return f
 
+    def timed_call(self, b, kern, args, op):
+        """Call a kernel between two cycle-counter reads; add the difference to its slot."""
+        clock = self.mod.globals.get("llvm.readcyclecounter") or ir.Function(
+            self.mod, ir.FunctionType(I64, []), name="llvm.readcyclecounter")
+        slot = len(self.profile_ops)
+        self.profile_ops.append((op.name, op.loc, str(op.result.type)))
+        t0 = b.call(clock, [])
+        b.call(kern, args)
+        t1 = b.call(clock, [])
+        cell = b.gep(self._profile_global(), [i64(0), i64(slot)], inbounds=True)
+        b.store(b.add(b.load(cell), b.sub(t1, t0)), cell)
+
+    def _profile_global(self):
+        gv = self.mod.globals.get(f"{self.prefix}_profile")
+        if gv is None:
+            gv = ir.GlobalVariable(self.mod, ir.ArrayType(I64, 4096), name=f"{self.prefix}_profile")
+            gv.initializer = ir.Constant(ir.ArrayType(I64, 4096), None)
+        return gv
+
     def serial_parallel_for(self):
         """A weak, serial `cuvil_parallel_for` so the object also links without the
         runtime; the runtime's thread pool (a strong definition) replaces it."""
@@ -209,7 +233,11 @@ class _Codegen:
             kern = self.kernel(op, aliased)
             scratch = (b.gep(arena, [i64(op.attrs["scratch_offset"])], inbounds=True)
                        if "scratch_offset" in op.attrs else ir.Constant(PTR, None))
-            b.call(kern, [p if p is not None else ir.Constant(PTR, None) for p in ptrs] + [scratch])
+            args = [p if p is not None else ir.Constant(PTR, None) for p in ptrs] + [scratch]
+            if self.profile:
+                self.timed_call(b, kern, args, op)
+            else:
+                b.call(kern, args)
         # Outputs not written in place (inputs, constants, duplicates, aliases) are copied.
         for j, v in enumerate(outs):
             if direct.get(id(v)) == j:
@@ -223,7 +251,7 @@ class _Codegen:
                          arena_size=int(fn.attrs.get("arena_size", 0)),
                          inputs=list(zip(fn.input_names, [a.type for a in fn.args])),
                          outputs=list(zip(fn.output_names, [v.type for v in outs])),
-                         kernels=len(self.kernels))
+                         kernels=len(self.kernels), profile_ops=self.profile_ops)
 
 
 def vector_bits(target) -> int:
@@ -231,9 +259,12 @@ def vector_bits(target) -> int:
     return target.vector_bits
 
 
-def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128) -> Generated:
+def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128,
+             profile: bool = False) -> Generated:
     """LLVM IR text and the weights blob for a planned module."""
     for a in module.main.args:
         if not a.type.is_static:
             raise BackendError(f"input has symbolic dims {a.type}: compile needs static shapes")
-    return _Codegen(module, prefix, vector_bits).generate()
+    if profile and sum(op.name not in ("cuvil.constant", "cuvil.return") for op in module.main.body.ops) > 4096:
+        raise BackendError("profiling supports up to 4096 ops")
+    return _Codegen(module, prefix, vector_bits, profile).generate()

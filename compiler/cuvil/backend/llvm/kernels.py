@@ -300,30 +300,54 @@ def scratch_bytes(op) -> int:
     return icg * kh * kw * (p + PANEL_PAD) * x.itemsize
 
 
+def _imin(b, x, y):
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _imax(b, x, y):
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
 def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, panel):
     """Panel `panel` (i64) of the packed im2col matrix: S[panel][r][j] for r over
     (ic, ky, kx) and j < nr, = X[ic, y*sh - pt + ky*dh, x*sw - pl + kx*dw] at column
-    panel*nr + j = y*ow + x, or 0 outside the image or past the last column."""
+    panel*nr + j = y*ow + x, or 0 outside the image or past the last column.
+
+    Per (r, output row y) the panel's columns are one run of x; the run splits into a
+    zero head, a strided copy of one input row and a zero tail, so the inner loops are
+    plain copies and fills."""
     zero = fconst(dt, 0.0)
     kdim, p = icg * kh * kw, oh * ow
+    c0 = b.mul(panel, i64(nr))
+    c1 = _imin(b, b.add(c0, i64(nr)), i64(p))
+    y_first, y_last = b.sdiv(c0, i64(ow)), b.sdiv(b.sub(c1, i64(1)), i64(ow))
     with for_range(b, kdim, name="r") as r:
         ic = b.sdiv(r, i64(kh * kw))
         ky = b.srem(b.sdiv(r, i64(kw)), i64(kh))
         kx = b.srem(r, i64(kw))
         toff_h = b.sub(b.mul(ky, i64(dh)), i64(pt))
         toff_w = b.sub(b.mul(kx, i64(dw)), i64(pl))
+        ox_lo, ox_hi = _range_for_tap(b, toff_w, sw, w, ow)
         xplane = b.add(xplane0, b.mul(ic, i64(h * w)))
-        dst = b.add(b.mul(panel, i64(kdim * nr)), b.mul(r, i64(nr)))
-        with for_range(b, nr, name="j") as j:
-            col = b.add(b.mul(panel, i64(nr)), j)
-            y, x = b.sdiv(col, i64(ow)), b.srem(col, i64(ow))
+        dst = b.sub(b.add(b.mul(panel, i64(kdim * nr)), b.mul(r, i64(nr))), c0)  # + column
+        with for_range(b, b.add(y_last, i64(1)), start=y_first, name="y") as y:
+            s0 = _imax(b, c0, b.mul(y, i64(ow)))                 # columns of row y in the panel
+            s1 = _imin(b, c1, b.mul(b.add(y, i64(1)), i64(ow)))
             iy = b.add(b.mul(y, i64(sh)), toff_h)
-            ix = b.add(b.mul(x, i64(sw)), toff_w)
-            ok = b.and_(b.icmp_signed("<", col, i64(p)),
-                        b.and_(b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h))),
-                               b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w)))))
-            src = b.select(ok, b.add(xplane, b.add(b.mul(iy, i64(w)), ix)), xplane0)
-            store(b, b.select(ok, load(b, X, src, dt), zero), S, b.add(dst, j), dt)
+            row_ok = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
+            base = b.mul(y, i64(ow))
+            a0 = b.select(row_ok, _imin(b, _imax(b, s0, b.add(base, ox_lo)), s1), s1)  # copy range [a0, a1)
+            a1 = b.select(row_ok, _imax(b, a0, _imin(b, s1, b.add(base, ox_hi))), s1)
+            with for_range(b, a0, start=s0, name="zh") as cc:
+                store(b, zero, S, b.add(dst, cc), dt)
+            src = b.add(b.add(xplane, b.mul(b.select(row_ok, iy, i64(0)), i64(w))), toff_w)
+            with for_range(b, a1, start=a0, name="cp") as cc:
+                x = b.sub(cc, base)
+                store(b, load(b, X, b.add(src, b.mul(x, i64(sw))), dt), S, b.add(dst, cc), dt)
+            with for_range(b, s1, start=a1, name="zt") as cc:
+                store(b, zero, S, b.add(dst, cc), dt)
+        with for_range(b, b.add(c0, i64(nr)), start=c1, name="zp") as cc:  # padding past the last column
+            store(b, zero, S, b.add(dst, cc), dt)
 
 
 def k_conv2d(b, k: KernelArgs):
