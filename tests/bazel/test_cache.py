@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from conftest import cache_hit, read_execution_log
+from bazel_helpers import cache_hit, read_execution_log
 
 # The small model, for the host (x86_64) and for aarch64 (platform transition): one
 # capture, two compiles, C compiles and links for both.

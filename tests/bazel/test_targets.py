@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO
+from bazel_helpers import REPO
 
 QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
 EM_X86_64, EM_AARCH64 = 62, 183
