@@ -2,6 +2,12 @@
 local cache: capture (framework) -> .cvir; compile (numpy + llvmlite) -> object, weights
 object, header, manifest; link (C toolchain) -> executable, .so or .a.
 
+Targets: `host` (this x86_64 machine and its CPU features), `x86_64-linux-gnu` (baseline
+or a named `target.cpu` / `target.features`), `aarch64-linux-gnu` (NEON) and
+`wasm32-wasi` (SIMD128, single-threaded). The compile stage stamps the model object
+with an ABI signature (cuvil.runtime.abi); the link stage uses the target's C
+toolchain (cuvil.native.toolchain_for) and checks the signatures of everything it links.
+
 Cache entries live in `<cache>/<stage>/<key>/` and are written to a temporary directory
 that is renamed into place when complete, so an interrupted build leaves the cache valid.
 """
@@ -22,6 +28,7 @@ from typing import Callable
 
 from .config import Config, ConfigError
 from .errors import CuvilError
+from .runtime import abi
 
 CACHE_FORMAT = "1"
 _PKG = Path(__file__).resolve().parent
@@ -177,9 +184,30 @@ def _example_inputs(cfg: Config, given):
     return given
 
 
+def _custom_op_handler(symbol: str):
+    """A frontend handler lowering a framework op to `cuvil.custom {symbol}`: tensor
+    arguments become operands, numbers become params, the result type is torch's."""
+    from .ir import Value
+
+    def lower(low, args: dict):
+        tensors, params = [], []
+        for v in args.values():
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(x, Value):
+                    tensors.append(x)
+                elif isinstance(x, (int, float)) and not isinstance(x, bool):
+                    params.append(float(x))
+        t = low.meta_type()
+        return low.op("cuvil.custom", *tensors, symbol=symbol, shape=list(t.shape), dtype=t.dtype, params=params)
+    return lower
+
+
 def capture_to(cfg: Config, out: Path) -> list[Path]:
     """Run the config's entry point, capture the model, write `out` (.cvir). Returns the
-    project files the capture read (for the cache's dependency check)."""
+    project files the capture read (for the cache's dependency check).
+
+    `plugin.custom_ops` entries map a framework op (`namespace::name`, e.g. a
+    torch.library custom op) to `cuvil.custom {symbol}` for this capture."""
     before = set(sys.modules)
     entry = _import_entry(cfg)
     try:
@@ -188,10 +216,19 @@ def capture_to(cfg: Config, out: Path) -> list[Path]:
         raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
     model, given = (result if isinstance(result, tuple) and len(result) == 2 else (result, None))
     inputs = _example_inputs(cfg, given)
+    from .frontends import torch_ops
     from .frontends.torch import capture_torch
     from .ir import write_bundle
     names = [s["name"] for s in cfg.data.get("inputs", [])] or None
-    module = capture_torch(model, inputs, name_inputs=names)
+    custom = {c["op"]: _custom_op_handler(c["symbol"]) for c in (cfg.data.get("plugin") or {}).get("custom_ops", [])}
+    saved = {k: torch_ops.HANDLERS[k] for k in custom if k in torch_ops.HANDLERS}
+    torch_ops.HANDLERS.update(custom)
+    try:
+        module = capture_torch(model, inputs, name_inputs=names)
+    finally:
+        for k in custom:
+            torch_ops.HANDLERS.pop(k, None)
+        torch_ops.HANDLERS.update(saved)
     write_bundle(module, out)
     return _project_files(before, cfg)
 
@@ -215,7 +252,8 @@ def _project_files(before: set, cfg: Config) -> list[Path]:
 
 
 def capture_key(cfg: Config) -> str:
-    return _hash("capture", CACHE_FORMAT, cfg.section_hash("model", "inputs"), compiler_hash(),
+    custom = (cfg.data.get("plugin") or {}).get("custom_ops", [])
+    return _hash("capture", CACHE_FORMAT, cfg.section_hash("model", "inputs"), custom, compiler_hash(),
                  str(cfg.base.resolve()))
 
 
@@ -250,17 +288,35 @@ def compile_options(cfg: Config) -> dict:
         if p and p.get("kind") != "none":
             post[o["name"]] = p
     target = dict(d.get("target") or {})
+    plugin = d.get("plugin") or {}
+    for cfg_pre in pre.values():
+        if cfg_pre.get("kind") == "plugin":
+            cfg_pre["options"] = _option_strings(cfg_pre.get("options"))
+    post_plugin = None
+    if plugin.get("postprocess"):
+        post_plugin = {"plugin": plugin["postprocess"]["plugin"],
+                       "options": _option_strings(plugin["postprocess"].get("options"))}
     return {
         "name": cfg.name,
         "output_names": [o["name"] for o in d.get("outputs", [])],
         "preprocess": pre,
         "postprocess": post,
-        "target": {"arch": target.get("arch", "host"), "cpu": target.get("cpu", ""),
+        "plugins": {"postprocess": post_plugin,
+                    "custom_ops": sorted({c["symbol"] for c in plugin.get("custom_ops", [])})},
+        "target": {"arch": cfg.target, "cpu": target.get("cpu", ""),
                    "features": target.get("features", "")},
         "quantization": (d.get("quantization") or {}).get("method", "none"),
         "threads": (d.get("optimize") or {}).get("threads", 1),
         "fuse": (d.get("optimize") or {}).get("fuse", True),
     }
+
+
+def _option_strings(options: dict | None) -> dict:
+    """Plugin options as the strings the C side gets (true/false, numbers as written)."""
+    out = {}
+    for k, v in sorted((options or {}).items()):
+        out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+    return out
 
 
 # Config/CLI target names -> LLVM triples.
@@ -270,23 +326,43 @@ TRIPLES = {
     "wasm32-wasi": "wasm32-unknown-wasi",
 }
 
+# Features that kernels need spelled out (vector width) for x86_64 CPU names given
+# without `target.features`; LLVM itself knows each CPU's full feature set.
+_AVX2 = "+avx,+avx2,+fma,+f16c,+bmi,+bmi2"
+_AVX512 = _AVX2 + ",+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512cd,-prefer-256-bit"
+X86_CPU_FEATURES = {
+    "x86-64": "+sse2", "x86-64-v2": "+sse4.2,+popcnt", "x86-64-v3": _AVX2, "x86-64-v4": _AVX512,
+    "haswell": _AVX2, "skylake": _AVX2, "znver2": _AVX2, "znver3": _AVX2, "alderlake": _AVX2,
+    "skylake-avx512": _AVX512, "cascadelake": _AVX512, "icelake-server": _AVX512,
+    "sapphirerapids": _AVX512, "znver4": _AVX512,
+}
+
 
 def resolve_target(opts: dict):
-    """The LLVM target for the options: 'host' is this machine (its CPU features);
-    a named arch uses that arch's baseline unless cpu/features are given."""
+    """The LLVM target for the options: 'host' is this machine (its CPU features) unless
+    cpu/features are given; a named arch uses that arch's baseline unless cpu/features
+    are given. An x86_64 CPU name without features takes the features that
+    `X86_CPU_FEATURES` lists for it (kernels pick their vector width from them)."""
     from .backend.llvm.target import Target, host_target
     t = opts["target"]
     arch = t["arch"]
-    if arch == "host":
+    cpu, features = t.get("cpu", ""), t.get("features", "")
+    if arch == "host" and not (cpu or features):
         host = host_target()
         if not host.triple.startswith("x86_64"):
             raise CuvilError(f"the host {host.triple} is not a supported target")
-        if t["cpu"] or t["features"]:
-            return Target.from_triple("x86_64-unknown-linux-gnu", t["cpu"], t["features"])
         return Target("x86_64-unknown-linux-gnu", host.cpu, host.features)
+    arch = "x86_64-linux-gnu" if arch == "host" else arch
     if arch not in TRIPLES:
         raise CuvilError(f"target {arch!r} is not supported (supported: host, {', '.join(TRIPLES)})")
-    return Target.from_triple(TRIPLES[arch], t["cpu"], t["features"])
+    if arch == "x86_64-linux-gnu" and cpu and not features:
+        if cpu not in X86_CPU_FEATURES:
+            raise CuvilError(f"target.cpu {cpu!r}: give target.features too (e.g. +avx2,+fma); CPUs known without "
+                             f"features: {', '.join(sorted(X86_CPU_FEATURES))}")
+        features = X86_CPU_FEATURES[cpu]
+    if arch == "wasm32-wasi" and Target.from_triple(TRIPLES[arch], cpu, features).has_feature("atomics"):
+        raise CuvilError("wasm32-wasi is single-threaded in Cuvil: remove +atomics from target.features")
+    return Target.from_triple(TRIPLES[arch], cpu, features)
 
 
 def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
@@ -321,23 +397,39 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     target = resolve_target(opts)
     name = opts["name"]
     gen = generate(module, name, target.vector_bits)
+    plugins = opts.get("plugins") or {"postprocess": None, "custom_ops": []}
+    used = sorted({op.attrs["symbol"] for op in module.main.body.ops if op.name == "cuvil.custom"})
+    if used and not plugins["custom_ops"]:
+        raise CuvilError(f"the model calls the custom op(s) {', '.join(used)}: list the plugin module(s) that "
+                         "define them in plugin.modules and map the ops in plugin.custom_ops")
     manifest = {
         "format": "cuvil-manifest-1",
         "prefix": name,
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
+        "signature": {"triple": target.triple, "abi_version": abi.ABI_VERSION,
+                      "runtime_version": abi.RUNTIME_VERSION, "plugin_abi_version": abi.PLUGIN_ABI_VERSION},
         "arena_size": gen.arena_size,
         "threads": opts["threads"],
         "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.inputs],
         "outputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.outputs],
         "preprocess": opts["preprocess"],
         "postprocess": opts["postprocess"],
+        "plugins": {"postprocess": plugins["postprocess"], "custom_ops": used},
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / f"{name}.o", compile_to_object(gen.llvm_ir, target))
+    atomic_write(out_dir / f"{name}.o", compile_to_object(gen.llvm_ir + signature_ir(name, target.triple), target))
     atomic_write(out_dir / f"{name}.weights.o", weights_object(f"{name}_weights", gen.weights, target))
     atomic_write(out_dir / f"{name}.h", render_header(manifest))
     atomic_write(out_dir / f"{name}.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def signature_ir(prefix: str, triple: str) -> str:
+    """LLVM IR defining `<prefix>_signature`, the model object's ABI signature string
+    (read by the link stage from the object's bytes and by the runtime at run time)."""
+    text = abi.model_signature(prefix, triple).encode("ascii") + b"\0"
+    body = "".join(chr(c) if 0x20 <= c < 0x7F and c not in b'"\\' else f"\\{c:02X}" for c in text)
+    return f'\n@{prefix}_signature = hidden constant [{len(text)} x i8] c"{body}", align 1\n'
 
 
 def cached_compile(cvir: Path, opts: dict, cache: Cache) -> Path:
@@ -351,53 +443,93 @@ KIND_FILES = {"executable": "{name}", "shared": "lib{name}.so", "static": "lib{n
 _NATIVE_KIND = {"executable": "exe", "shared": "shared", "static": "static"}
 
 
-def link_compiled(compiled: Path, kind: str, out: Path, cc: str = "cc") -> Path:
-    """The link stage: the compile stage's outputs in `compiled` -> one artifact at `out`."""
-    from .native import link_artifact
+def _manifest_of(compiled: Path) -> dict:
     manifests = sorted(compiled.glob("*.json"))
     if len(manifests) != 1:
         raise CuvilError(f"{compiled}: expected one manifest (*.json) from the compile stage, found {len(manifests)}")
-    manifest = json.loads(manifests[0].read_text())
+    return json.loads(manifests[0].read_text())
+
+
+def artifact_name(manifest: dict, kind: str) -> str:
+    name = KIND_FILES[kind].format(name=manifest["prefix"])
+    if kind == "executable" and manifest["target"]["triple"].startswith("wasm32"):
+        name += ".wasm"
+    return name
+
+
+def link_compiled(compiled: Path, kind: str, out: Path, cc: str | None = None,
+                  plugins: tuple[Path, ...] = ()) -> Path:
+    """The link stage: the compile stage's outputs in `compiled` (+ plugin modules) ->
+    one artifact at `out`, with the C toolchain of the manifest's target (`cc`
+    overrides it)."""
+    from .native import link_artifact
+    manifest = _manifest_of(compiled)
     name = manifest["prefix"]
     objects = [compiled / f"{name}.o", compiled / f"{name}.weights.o"]
     for p in objects + [compiled / f"{name}.h"]:
         if not p.is_file():
             raise CuvilError(f"{p}: missing compile-stage output")
-    return link_artifact(_NATIVE_KIND[kind], objects, manifest, compiled / f"{name}.h", out, cc=cc)
+    return link_artifact(_NATIVE_KIND[kind], objects, manifest, compiled / f"{name}.h", out, cc=cc,
+                         plugins=plugins)
 
 
-def _cc_version(cc: str) -> str:
+def _cc_version(cc: list[str]) -> str:
     try:
-        return subprocess.run([cc, "--version"], capture_output=True, text=True, check=False).stdout
+        return subprocess.run([*cc, "--version"], capture_output=True, text=True, check=False).stdout
     except OSError:
-        raise CuvilError(f"the C compiler {cc!r} was not found (install gcc or set CC)") from None
+        raise CuvilError(f"the C compiler {cc[0]!r} was not found (install it, or set CC)") from None
 
 
-def cached_link(compiled: Path, kind: str, cache: Cache, cc: str = "cc") -> Path:
+def cached_link(compiled: Path, kind: str, cache: Cache, cc: str | None = None,
+                plugins: tuple[Path, ...] = ()) -> Path:
+    from .native import toolchain_for
     files = {p.name: sha256_file(p) for p in sorted(compiled.iterdir()) if p.is_file()}
-    key = _hash("link", CACHE_FORMAT, files, kind, runtime_hash(), compiler_hash(), _cc_version(cc))
-    name = json.loads(next(compiled.glob("*.json")).read_text())["prefix"]
-    fname = KIND_FILES[kind].format(name=name)
+    manifest = _manifest_of(compiled)
+    tool = toolchain_for(manifest["target"]["triple"], cc)
+    plugin_files = [[Path(p).name, sha256_file(Path(p))] for p in plugins]
+    # Headers next to a C plugin may be included by it.
+    plugin_dirs = sorted({str(Path(p).resolve().parent) for p in plugins if str(p).endswith(".c")})
+    plugin_headers = [_tree_hash(Path(d), ("*.h",)) for d in plugin_dirs]
+    key = _hash("link", CACHE_FORMAT, files, kind, runtime_hash(), compiler_hash(), _cc_version(tool.cc),
+                tool.cc, plugin_files, plugin_headers)
+    name = manifest["prefix"]
+    fname = artifact_name(manifest, kind)
 
     def make(tmp: Path):
-        link_compiled(compiled, kind, tmp / fname, cc)
+        link_compiled(compiled, kind, tmp / fname, cc, plugins)
         if kind != "executable":
             shutil.copyfile(compiled / f"{name}.h", tmp / f"{name}.h")
     entry, _ = cache.get_or_make("link", key, make)
     return entry / fname
 
 
+def plugin_modules(cfg: Config) -> tuple[Path, ...]:
+    return tuple(cfg.resolve(m).resolve() for m in (cfg.data.get("plugin") or {}).get("modules", []))
+
+
 def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path | None = None,
           cc: str | None = None, log: Callable[[str], None] = print) -> Path:
-    """capture -> compile -> link with the cache; copy the artifact to `output` atomically."""
+    """capture -> compile -> link with the cache; copy the artifact to `output` atomically.
+    The target is the config's (cfg.target: --target, else target.arch, with the
+    matching overrides applied by load_config)."""
+    from .native import check_image_support, toolchain_for
     kind = kind or (cfg.data.get("build") or {}).get("artifact", "executable")
-    cc = cc or os.environ.get("CC", "cc")
     cache = Cache(cache_dir or cfg.base / ".cuvil-cache", log)
     opts = compile_options(cfg)
-    resolve_target(opts)  # fail before any work on an impossible target
+    target = resolve_target(opts)  # fail before any work on an impossible target
+    tool = toolchain_for(target.triple, cc)
+    tool.check_kind(_NATIVE_KIND[kind])
+    if kind == "executable":
+        images = [i for i, s in enumerate(cfg.data.get("inputs", []))
+                  if (s.get("preprocess") or {}).get("kind") == "image"]
+        if images:
+            try:
+                check_image_support(tool)
+            except CuvilError as e:
+                raise cfg.error(["inputs", images[0], "preprocess"], str(e)) from None
     cvir = cached_capture(cfg, cache)
     compiled = cached_compile(cvir, opts, cache)
-    artifact = cached_link(compiled, kind, cache, cc)
+    artifact = cached_link(compiled, kind, cache, cc, plugin_modules(cfg))
     output = Path(output)
     atomic_copy(artifact, output)
     if kind != "executable":

@@ -1,11 +1,12 @@
 """The `cuvil` command line.
 
     cuvil init --template NAME config.yaml          write a commented config template
-    cuvil build --config config.yaml --output OUT    capture + compile + link, cached
+    cuvil build --config config.yaml --output OUT [--target T]   capture + compile + link, cached
     cuvil capture --config config.yaml --output model.cvir
-    cuvil compile model.cvir --config config.yaml --output-dir DIR
-    cuvil link DIR --kind executable --output OUT
-    cuvil inspect model.cvir                         optimised IR, op counts, arena size
+    cuvil compile model.cvir --config config.yaml --output-dir DIR [--target T]
+    cuvil link DIR --kind executable --output OUT [--plugin FILE ...]
+    cuvil inspect model.cvir | DIR | manifest.json | ARTIFACT   IR and memory plan, or ABI signatures
+    cuvil run ARTIFACT [ARGS...]                     run an executable (qemu for aarch64, node for wasm)
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def _cmd_init(args) -> int:
 def _cmd_build(args) -> int:
     from .build import build
     from .config import load_config
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, target=args.target)
     build(cfg, Path(args.output), kind=args.kind, cache_dir=args.cache_dir and Path(args.cache_dir))
     return 0
 
@@ -60,11 +61,12 @@ def _cmd_capture(args) -> int:
 
 
 def _cmd_compile(args) -> int:
-    from .build import compile_bundle, compile_options
+    from .build import TRIPLES, compile_bundle, compile_options
     from .config import load_config
-    opts = compile_options(load_config(args.config))
-    if args.target:
-        opts["target"] = {"arch": args.target, "cpu": "", "features": ""}
+    if args.target and args.target not in TRIPLES and args.target != "host":
+        raise CuvilError(f"target {args.target!r} is not supported (supported: host, {', '.join(TRIPLES)})")
+    cfg = load_config(args.config, target=args.target)
+    opts = compile_options(cfg)
     if args.cpu is not None:
         opts["target"]["cpu"] = args.cpu
     if args.features is not None:
@@ -78,12 +80,55 @@ def _cmd_compile(args) -> int:
 
 def _cmd_link(args) -> int:
     from .build import link_compiled
-    link_compiled(Path(args.compiled), args.kind, Path(args.output), os.environ.get("CC", "cc"))
+    link_compiled(Path(args.compiled), args.kind, Path(args.output), plugins=tuple(Path(p) for p in args.plugin))
     print(f"wrote {args.output}")
     return 0
 
 
+def _print_signatures(path: Path) -> int:
+    """ABI signatures of a compile-stage directory, a manifest, or any object/artifact."""
+    import json
+
+    from .runtime import abi
+    files = [path]
+    if path.is_dir():
+        manifests = sorted(path.glob("*.json"))
+        if len(manifests) != 1:
+            raise CuvilError(f"{path}: expected one manifest (*.json) from the compile stage, found {len(manifests)}")
+        files = [manifests[0]]
+    if files[0].suffix == ".json":
+        try:
+            manifest = json.loads(files[0].read_text())
+        except ValueError as e:
+            raise CuvilError(f"{files[0]}: not a JSON manifest: {e}") from None
+        sig = manifest.get("signature") or {}
+        print(f"// manifest {files[0].name}: model {manifest.get('prefix', '?')} for "
+              f"{sig.get('triple', (manifest.get('target') or {}).get('triple', '?'))} "
+              f"(Cuvil ABI {sig.get('abi_version', '?')}, runtime {sig.get('runtime_version', '?')}, "
+              f"plugin ABI {sig.get('plugin_abi_version', '?')})")
+        t = manifest.get("target") or {}
+        print(f"// target: {t.get('triple', '?')} cpu={t.get('cpu', '')} features={t.get('features', '')}")
+        obj = files[0].with_suffix(".o")
+        files = [obj] if obj.is_file() else []
+    for f in files:
+        data = f.read_bytes()
+        arch = abi.object_arch(data) or "?"
+        sigs = abi.find_signatures(data)
+        print(f"// {f.name} ({arch}): " + ("no Cuvil signature" if not sigs else f"{len(sigs)} signature(s)"))
+        for sig in sigs:
+            print(f"//   {abi.describe(sig)}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .native import run_command
+    cmd = run_command(Path(args.artifact)) + list(args.args)
+    os.execvp(cmd[0], cmd)
+
+
 def _cmd_inspect(args) -> int:
+    if not args.bundle.endswith(".cvir"):
+        return _print_signatures(Path(args.bundle))
     from .backend.llvm.kernels import scratch_bytes
     from .ir import print_module, read_bundle
     from .passes.pipeline import default_pipeline, run_pipeline
@@ -123,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="the artifact to write")
     s.add_argument("--kind", choices=["executable", "shared", "static"], help="overrides build.artifact")
     s.add_argument("--cache-dir", help="default: .cuvil-cache next to the config")
+    s.add_argument("--target", choices=["host", "x86_64-linux-gnu", "aarch64-linux-gnu", "wasm32-wasi"],
+                   help="overrides target.arch (and selects the matching `overrides` entries)")
     s.set_defaults(func=_cmd_build)
 
     s = sub.add_parser("capture", help="framework model -> .cvir bundle")
@@ -144,10 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("compiled", help="the compile stage's output directory")
     s.add_argument("--kind", choices=["executable", "shared", "static"], default="executable")
     s.add_argument("--output", required=True)
+    s.add_argument("--plugin", action="append", default=[], metavar="FILE",
+                   help="a plugin module (.c, .o or .a) to link in (repeat for each)")
     s.set_defaults(func=_cmd_link)
 
-    s = sub.add_parser("inspect", help="print a .cvir bundle's optimised IR, op counts and memory plan")
-    s.add_argument("bundle", help="path of a .cvir bundle")
+    s = sub.add_parser("run", help="run a built executable: natively, under qemu (aarch64) or node (wasm32)")
+    s.add_argument("artifact", help="the executable (ELF or .wasm)")
+    s.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    s.set_defaults(func=_cmd_run)
+
+    s = sub.add_parser("inspect", help="print a .cvir bundle's optimised IR, op counts and memory plan, or the ABI "
+                                       "signatures of a compile output directory, manifest, object or artifact")
+    s.add_argument("bundle", help="a .cvir bundle, a compile output directory, a manifest (.json) or a binary")
     s.add_argument("--raw", action="store_true", help="print the IR as captured, before the passes")
     s.add_argument("--summary", action="store_true", help="print only the summary lines")
     s.set_defaults(func=_cmd_inspect)

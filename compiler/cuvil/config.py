@@ -3,6 +3,13 @@
 The YAML is read with `yaml.safe_load`-equivalent composing that keeps node marks, checked
 against a JSON schema (jsonschema), then checked for the files it names. Every error
 names the key and the file:line where it was written.
+
+Conditional sections: `overrides` is a list of entries `{when: {target: T or [T, ...]},
+<section>: ...}` applied, in order, when the build's target is one of the T's (`host`
+and `x86_64-linux-gnu` name the same target). Mappings merge key by key; `inputs` and
+`outputs` entries merge into the entry of the same `name`; other lists replace; `key:
+null` removes a key (e.g. an input's `preprocess` on a target without image codecs).
+The result is validated like the base config, and an error in it names the override.
 """
 from __future__ import annotations
 
@@ -17,14 +24,19 @@ import yaml
 from .errors import CuvilError
 
 DTYPES = ["f32", "f16", "f64", "i64", "i32", "i8", "u8", "bool"]
-TARGETS = ["host", "x86_64-linux-gnu"]  # other targets arrive with the cross-target work
+TARGETS = ["host", "x86_64-linux-gnu", "aarch64-linux-gnu", "wasm32-wasi"]
+HOST_TARGET = "x86_64-linux-gnu"  # what `host` means (the only host Cuvil supports)
 QUANT_METHODS = ["none"]                # fp16 / int8_sym / int4_block arrive with quantization
 ARTIFACTS = ["executable", "shared", "static"]
 
+_C_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_OPTIONS = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
 _PREPROCESS = {
     "type": "object", "additionalProperties": False, "required": ["kind"],
     "properties": {
-        "kind": {"enum": ["image"]},
+        "kind": {"enum": ["image", "plugin"]},
+        "plugin": {"type": "string", "pattern": _C_NAME},
+        "options": _OPTIONS,
         "resize": {"type": "integer", "minimum": 1},
         "crop": {"oneOf": [{"type": "integer", "minimum": 1},
                            {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2}]},
@@ -89,7 +101,16 @@ SCHEMA = {
         },
         "plugin": {
             "type": "object", "additionalProperties": False,
-            "properties": {"modules": {"type": "array", "items": {"type": "string"}, "maxItems": 0}},
+            "properties": {
+                "modules": {"type": "array", "items": {"type": "string", "pattern": r"\.(c|o|a)$"}},
+                "postprocess": {"type": "object", "additionalProperties": False, "required": ["plugin"],
+                                "properties": {"plugin": {"type": "string", "pattern": _C_NAME},
+                                               "options": _OPTIONS}},
+                "custom_ops": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False, "required": ["op", "symbol"],
+                    "properties": {"op": {"type": "string", "pattern": r"^\w+::\w+$"},
+                                   "symbol": {"type": "string", "pattern": _C_NAME}}}},
+            },
         },
         "optimize": {
             "type": "object", "additionalProperties": False,
@@ -103,9 +124,28 @@ SCHEMA = {
     },
 }
 
+
+def _override_schema() -> dict:
+    """An `overrides` entry: `when` plus any section but model, with inputs/outputs
+    entries that need only their name (they merge into the base entry)."""
+    props = {k: v for k, v in SCHEMA["properties"].items() if k != "model"}
+    for key, optional in (("inputs", "preprocess"), ("outputs", "postprocess")):
+        item = props[key]["items"]
+        item_props = dict(item["properties"], **{optional: {"anyOf": [{"type": "null"}, item["properties"][optional]]}})
+        props[key] = dict(props[key], items=dict(item, required=["name"], properties=item_props))
+    target = dict(props["target"], properties={k: v for k, v in props["target"]["properties"].items()
+                                               if k != "arch"})
+    props["target"] = target
+    names = {"enum": TARGETS}
+    props["when"] = {"type": "object", "additionalProperties": False, "required": ["target"],
+                     "properties": {"target": {"oneOf": [names, {"type": "array", "items": names,
+                                                                  "minItems": 1}]}}}
+    return {"type": "object", "additionalProperties": False, "required": ["when"], "properties": props}
+
+
+SCHEMA["properties"]["overrides"] = {"type": "array", "items": _override_schema()}
+
 _LATER = {
-    ("plugin", "modules"): "plugin modules are not supported yet (they arrive with the plugin work)",
-    ("target", "arch"): "only the host target is supported for now; cross targets arrive later",
     ("quantization", "method"): "only quantization method 'none' is supported for now",
 }
 
@@ -156,8 +196,10 @@ def _key_name(keys) -> str:
 @dataclass
 class Config:
     path: Path              # the config file
-    data: dict              # validated contents
+    data: dict              # validated contents, with the overrides for `target` applied
     node: Any               # composed YAML (for line numbers)
+    target: str = "host"    # the build's target (the --target option, else target.arch)
+    applied: tuple = ()     # indices of the overrides entries applied
 
     @property
     def base(self) -> Path:
@@ -187,9 +229,92 @@ class Config:
         return hashlib.sha256(blob).hexdigest()
 
 
-def load_config(path: str | Path) -> Config:
-    """Read and validate a config file; raise ConfigError naming key and file:line."""
+def same_target(a: str, b: str) -> bool:
+    norm = {"host": HOST_TARGET}
+    return norm.get(a, a) == norm.get(b, b)
+
+
+def _merge(base, extra):
+    """`extra` over `base`: mappings key by key, named lists by name, other values replaced."""
+    if isinstance(base, dict) and isinstance(extra, dict):
+        out = dict(base)
+        for k, v in extra.items():
+            if v is None:  # `key: null` removes the key (e.g. an input's preprocess)
+                out.pop(k, None)
+            else:
+                out[k] = _merge(base[k], v) if k in base else v
+        return out
+    if isinstance(base, list) and isinstance(extra, list) and base and \
+            all(isinstance(x, dict) and "name" in x for x in base + extra):
+        out = [dict(x) for x in base]
+        for e in extra:
+            i = next((i for i, x in enumerate(out) if x["name"] == e["name"]), None)
+            if i is None:
+                raise KeyError(e["name"])
+            out[i] = _merge(out[i], e)
+        return out
+    return extra
+
+
+def _first_error(data, schema):
     import jsonschema
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data),
+                    key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    return errors[0] if errors else None
+
+
+def _raise_schema_error(cfg: "Config", e, prefix=()) -> None:
+    keys = list(prefix) + list(e.absolute_path)
+    if e.validator == "additionalProperties":
+        extra = sorted(set(e.instance) - set(e.schema.get("properties", {})))
+        keys = keys + extra[:1]
+        raise cfg.error(keys, f"unknown key (allowed: {', '.join(sorted(e.schema['properties']))})")
+    if e.validator == "oneOf" and keys == ["model"]:
+        raise cfg.error(keys, "give exactly one of 'source' (a Python file) or 'module' (a module name)")
+    if e.validator == "oneOf" and keys[-2:] == ["when", "target"]:
+        raise cfg.error(keys, f"{e.instance!r} is not a target or a list of targets (targets: {', '.join(TARGETS)})")
+    if e.validator == "pattern" and keys[:2] == ["plugin", "modules"]:
+        raise cfg.error(keys, f"{e.instance!r}: plugin modules are C files (.c), objects (.o) or archives (.a)")
+    later = _LATER.get(tuple(k for k in keys if isinstance(k, str))[-2:])
+    raise cfg.error(keys, later or e.message)
+
+
+def _apply_overrides(cfg: "Config") -> None:
+    """Merge the overrides entries that match cfg.target into cfg.data, and validate."""
+    base = {k: v for k, v in cfg.data.items() if k != "overrides"}
+    base_arch = (base.get("target") or {}).get("arch", "host")
+    if not same_target(cfg.target, base_arch) and base.get("target"):
+        # target.cpu/features describe the config's own arch, not another --target
+        base["target"] = {"arch": cfg.target}
+    data, applied = base, []
+    for i, entry in enumerate(cfg.data.get("overrides") or []):
+        when = entry["when"]["target"]
+        if not any(same_target(cfg.target, t) for t in ([when] if isinstance(when, str) else when)):
+            continue
+        for section, value in entry.items():
+            if section == "when":
+                continue
+            try:
+                data = dict(data, **{section: _merge(data[section], value) if section in data else value})
+            except KeyError as e:
+                raise cfg.error(["overrides", i, section], f"names {e.args[0]!r}, which is not in the base "
+                                f"config's {section}") from None
+        applied.append(i)
+    if applied:
+        e = _first_error(data, SCHEMA)
+        if e is not None:
+            section = next((k for k in e.absolute_path), None)
+            i = next((i for i in reversed(applied) if section in cfg.data["overrides"][i]), applied[-1])
+            keys = list(e.absolute_path)
+            raise cfg.error(["overrides", i, *keys[:1]],
+                            f"with this override for target {cfg.target}: {_key_name(keys)}: {e.message}")
+    cfg.data = data
+    cfg.applied = tuple(applied)
+
+
+def load_config(path: str | Path, target: str | None = None) -> Config:
+    """Read and validate a config file for a target (default: its target.arch, else
+    host); raise ConfigError naming key and file:line."""
 
     path = Path(path)
     try:
@@ -203,24 +328,65 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{path}:1: the config file is empty")
     data = yaml.load(text, Loader=yaml.SafeLoader)
     cfg = Config(path, data, node)
-    validator = jsonschema.Draft202012Validator(SCHEMA)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    if errors:
-        e = errors[0]
-        keys = list(e.absolute_path)
-        if e.validator == "additionalProperties":
-            extra = sorted(set(e.instance) - set(e.schema.get("properties", {})))
-            keys = keys + extra[:1]
-            raise cfg.error(keys, f"unknown key (allowed: {', '.join(sorted(e.schema['properties']))})")
-        if e.validator == "oneOf" and keys == ["model"]:
-            raise cfg.error(keys, "give exactly one of 'source' (a Python file) or 'module' (a module name)")
-        later = _LATER.get(tuple(k for k in keys if isinstance(k, str))[-2:])
-        raise cfg.error(keys, later or e.message)
+    e = _first_error(data, SCHEMA)
+    if e is not None:
+        _raise_schema_error(cfg, e)
+    if target is not None and target not in TARGETS:
+        raise ConfigError(f"target {target!r} is not supported (targets: {', '.join(TARGETS)})")
+    cfg.target = target or (data.get("target") or {}).get("arch", "host")
+    _apply_overrides(cfg)
     _check_files(cfg)
     return cfg
 
 
+def _plugin_names(path: Path) -> set[str]:
+    """Names a C plugin module defines with CUVIL_PLUGIN(name, ...) (for early errors)."""
+    import re
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return set()
+    return set(re.findall(r"^\s*CUVIL_PLUGIN\(\s*([A-Za-z_]\w*)", text, re.M))
+
+
+def _check_plugins(cfg: Config) -> None:
+    plugin = cfg.data.get("plugin") or {}
+    defined: dict[str, Path] = {}
+    only_c = True
+    for i, m in enumerate(plugin.get("modules", [])):
+        path = cfg.resolve(m)
+        if not path.is_file():
+            raise cfg.error(["plugin", "modules", i], f"file not found: {path}")
+        only_c = only_c and path.suffix == ".c"
+        for name in _plugin_names(path) if path.suffix == ".c" else ():
+            defined[name] = path
+    uses = [(["plugin", "postprocess", "plugin"], (plugin.get("postprocess") or {}).get("plugin"))]
+    for i, inp in enumerate(cfg.data.get("inputs", [])):
+        pre = inp.get("preprocess") or {}
+        if pre.get("kind") == "plugin":
+            if "plugin" not in pre:
+                raise cfg.error(["inputs", i, "preprocess"], "kind 'plugin' needs 'plugin: NAME' (a plugin module's "
+                                "CUVIL_PLUGIN name)")
+            extra = sorted(set(pre) - {"kind", "plugin", "options"})
+            if extra:
+                raise cfg.error(["inputs", i, "preprocess", extra[0]], "is an image pre-processing key; a plugin "
+                                "takes its settings in 'options'")
+            uses.append((["inputs", i, "preprocess", "plugin"], pre["plugin"]))
+        elif "plugin" in pre or "options" in pre:
+            key = "plugin" if "plugin" in pre else "options"
+            raise cfg.error(["inputs", i, "preprocess", key], "only for kind 'plugin'")
+    for keys, name in uses:
+        if name is None:
+            continue
+        if not plugin.get("modules"):
+            raise cfg.error(keys, f"names the plugin {name!r}, but plugin.modules lists no module")
+        if only_c and name not in defined:
+            known = ", ".join(sorted(defined)) or "none"
+            raise cfg.error(keys, f"no module in plugin.modules defines CUVIL_PLUGIN({name}, ...) (defined: {known})")
+
+
 def _check_files(cfg: Config) -> None:
+    _check_plugins(cfg)
     m = cfg.data["model"]
     if "source" in m and not cfg.resolve(m["source"]).is_file():
         raise cfg.error(["model", "source"], f"file not found: {cfg.resolve(m['source'])}")

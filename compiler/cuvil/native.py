@@ -1,4 +1,15 @@
-"""The link stage: a model's objects + the C runtime -> executable, shared or static library.
+"""The link stage: a model's objects + the C runtime (+ plugins) -> executable, shared or
+static library, with the C toolchain of the model's target (`toolchain_for`):
+
+    x86_64-unknown-linux-gnu   $CC or cc
+    aarch64-unknown-linux-gnu  aarch64-linux-gnu-gcc (Debian gcc-aarch64-linux-gnu), or $CUVIL_CC_AARCH64
+    wasm32-unknown-wasi        clang --target=wasm32-wasi + wasm-ld + wasi-libc (Debian clang,
+                               lld, wasi-libc, libclang-rt-14-dev-wasm32), or $CUVIL_CC_WASM32;
+                               executables only (a .wasm command module) and static libraries
+
+Before linking, the ABI signatures (cuvil.runtime.abi) of the model object, the runtime
+as compiled by that toolchain and every plugin module are compared: another target or
+ABI version is a LinkError that names both sides.
 
 `link_artifact` needs only the compile stage's manifest (a dict, see DESIGN.md §1 and
 `cuvil.backend.header`), the objects (model.o, weights.o) and the model's header. It
@@ -18,8 +29,10 @@ written with `ar D` (no timestamps or owners).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -29,7 +42,7 @@ from pathlib import Path
 
 from .backend.header import c_string, check_manifest, render_header
 from .errors import CuvilError, LinkError
-from .runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR
+from .runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR, abi
 
 KINDS = ("exe", "shared", "static")
 CODEC_ARCHIVES = ("libjpeg.a", "libpng16.a", "libz.a")  # in link order
@@ -134,9 +147,22 @@ def classification_config(name: str, cfg: dict, tensor: dict) -> dict:
     return {"top_k": min(top_k, classes), "softmax": softmax, "labels": labels}
 
 
+def plugin_use(key: str, cfg) -> dict:
+    """A checked plugin use: {"plugin": C name, "options": {str: str}}."""
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("plugin"), str) or \
+            not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg["plugin"]):
+        raise _bad(f"{key}.plugin", f"must name a plugin (a C identifier), got {cfg!r}")
+    options = cfg.get("options") or {}
+    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str) and "\0" not in k + v
+                                                for k, v in options.items()):
+        raise _bad(f"{key}.options", "must map strings to strings")
+    return {"kind": "plugin", "plugin": cfg["plugin"], "options": dict(sorted(options.items()))}
+
+
 def _processing(manifest: dict) -> tuple[list[dict | None], list[dict | None]]:
-    """Per input the image config (or None), per output the classification config (or None)."""
-    def by_name(section: str, tensors: list[dict], kind: str, check) -> list[dict | None]:
+    """Per input the image config or plugin use (or None), per output the classification
+    config (or None)."""
+    def by_name(section: str, tensors: list[dict], checks: dict) -> list[dict | None]:
         cfgs = manifest.get(section) or {}
         if not isinstance(cfgs, dict):
             raise _bad(section, "must be an object keyed by tensor name")
@@ -144,16 +170,46 @@ def _processing(manifest: dict) -> tuple[list[dict | None], list[dict | None]]:
         for n, cfg in cfgs.items():
             if n not in names:
                 raise _bad(f"{section}.{n}", f"no such tensor (known: {', '.join(names)})")
-            if not isinstance(cfg, dict) or cfg.get("kind") != kind:
+            if not isinstance(cfg, dict) or cfg.get("kind") not in checks:
                 got = cfg.get("kind") if isinstance(cfg, dict) else cfg
-                raise _bad(f"{section}.{n}.kind", f"must be {kind!r}, got {got!r}")
-        return [check(t["name"], cfgs[t["name"]], t) if t["name"] in cfgs else None for t in tensors]
-    return (by_name("preprocess", manifest["inputs"], "image", image_config),
-            by_name("postprocess", manifest["outputs"], "classification", classification_config))
+                raise _bad(f"{section}.{n}.kind", f"must be {' or '.join(map(repr, checks))}, got {got!r}")
+        out = []
+        for t in tensors:
+            cfg = cfgs.get(t["name"])
+            out.append(None if cfg is None else checks[cfg["kind"]](t["name"], cfg, t))
+        return out
+    return (by_name("preprocess", manifest["inputs"],
+                    {"image": image_config, "plugin": lambda n, c, t: plugin_use(f"preprocess.{n}", c)}),
+            by_name("postprocess", manifest["outputs"], {"classification": classification_config}))
 
 
-def render_glue(manifest: dict, header_name: str, app: bool) -> str:
-    """The C file that defines the header's API (and, with `app`, `cuvil_main_app`)."""
+def _post_plugin(manifest: dict) -> dict | None:
+    use = (manifest.get("plugins") or {}).get("postprocess")
+    return None if use is None else plugin_use("plugins.postprocess", use)
+
+
+def used_plugins(manifest: dict) -> list[str]:
+    """Names of the plugins the manifest's pre/post-processing calls."""
+    pre, _ = _processing(manifest)
+    post = _post_plugin(manifest)
+    return sorted({u["plugin"] for u in pre + [post] if u is not None and u.get("kind") == "plugin"})
+
+
+def _options_c(lines: list[str], name: str, options: dict) -> str:
+    """Static arrays of an options dict; returns the cuvil_plugin_options initializer."""
+    if not options:
+        return "{0, NULL, NULL}"
+    for which, items in (("keys", options.keys()), ("values", options.values())):
+        lines.append(f"static const char *const {name}_{which}[{len(options)}] = {{"
+                     + ", ".join(c_string(v) for v in items) + "};")
+    return f"{{{len(options)}, {name}_keys, {name}_values}}"
+
+
+def render_glue(manifest: dict, header_name: str, app: bool, plugins: Sequence[str] | None = None) -> str:
+    """The C file that defines the header's API (and, with `app`, `cuvil_main_app`).
+
+    `plugins`: the names of every plugin module linked in (default: those the
+    manifest's pre/post-processing uses); the executable checks each at start."""
     p = manifest["prefix"]
     lines = [f"/* Generated by Cuvil for the model '{p}': its API" + (" and the executable's tables." if app else "."),
              " * Do not edit. */",
@@ -162,11 +218,19 @@ def render_glue(manifest: dict, header_name: str, app: bool) -> str:
     if not app:
         return "\n".join(lines) + "\n"
     pre, post = _processing(manifest)
+    post_plugin = _post_plugin(manifest)
+    names = sorted(set(used_plugins(manifest)) | set(plugins or ()))
     lines += ['#include "cuvil_app.h"', ""]
+    lines += [f"extern const cuvil_plugin cuvil_plugin_{n};" for n in names]
     entries = []
     for i, cfg in enumerate(pre):
         if cfg is None:
             entries.append("    {CUVIL_PRE_NONE, 0, 0, 0, 0.0f, NULL, NULL, CUVIL_LAYOUT_NCHW, CUVIL_COLOR_RGB},")
+            continue
+        if cfg.get("kind") == "plugin":
+            opts = _options_c(lines, f"pre{i}", cfg["options"])
+            entries.append("    {CUVIL_PRE_PLUGIN, 0, 0, 0, 0.0f, NULL, NULL, CUVIL_LAYOUT_NCHW, CUVIL_COLOR_RGB, "
+                           f"{{&cuvil_plugin_{cfg['plugin']}, {opts}}}}},")
             continue
         for which in ("mean", "std"):
             vals = ", ".join(_c_float(v) for v in cfg[which])
@@ -190,8 +254,16 @@ def render_glue(manifest: dict, header_name: str, app: bool) -> str:
             labels = f"post{j}_labels"
         entries.append(f"    {{CUVIL_POST_CLASSIFICATION, {cfg['top_k']}, {int(cfg['softmax'])}, "
                        f"{len(cfg['labels'])}, {labels}}},")
-    lines += [f"static const cuvil_post post[{len(post)}] = {{", *entries, "};", "",
-              f"const cuvil_app cuvil_main_app = {{&{p}_model, pre, post}};"]
+    lines += [f"static const cuvil_post post[{len(post)}] = {{", *entries, "};"]
+    post_use = "{NULL, {0, NULL, NULL}}"
+    if post_plugin is not None:
+        post_use = f"{{&cuvil_plugin_{post_plugin['plugin']}, {_options_c(lines, 'post', post_plugin['options'])}}}"
+    table = "NULL"
+    if names:
+        lines.append(f"static const cuvil_plugin *const plugins[{len(names)}] = {{"
+                     + ", ".join(f"&cuvil_plugin_{n}" for n in names) + "};")
+        table = "plugins"
+    lines += ["", f"const cuvil_app cuvil_main_app = {{&{p}_model, pre, post, {post_use}, {len(names)}, {table}}};"]
     return "\n".join(lines) + "\n"
 
 
@@ -205,42 +277,175 @@ def _run(cmd: list[str], what: str, cwd: Path | None = None) -> str:
     return proc.stdout
 
 
-def _static_archives(cc: list[str]) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Toolchain:
+    """How to compile and link C for one target."""
+    triple: str
+    cc: tuple[str, ...]              # the compiler driver (with its target arguments)
+    flags: tuple[str, ...]           # code generation flags for every C file
+    link_flags: tuple[str, ...]
+    libs: tuple[str, ...]
+    ar: tuple[str, ...]
+    kinds: tuple[str, ...]           # artifact kinds this target can make
+    packages: str                    # the Debian packages that provide it
+    codec_packages: str = ""         # static libjpeg/libpng/zlib for this target ("" none)
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-", 1)[0]
+
+    def check_kind(self, kind: str) -> None:
+        if kind not in self.kinds:
+            names = {"exe": "executables", "shared": "shared libraries", "static": "static libraries"}
+            raise LinkError(f"{self.triple}: Cuvil does not build {names[kind]} for this target "
+                            f"(it builds {', '.join(names[k] for k in self.kinds)})")
+
+    def check_installed(self) -> None:
+        if shutil.which(self.cc[0]) is None:
+            raise LinkError(f"cannot run the C compiler {self.cc[0]!r} for {self.triple}: not found; install "
+                            f"{self.packages} (make setup)")
+
+
+_ELF_FLAGS = ("-fPIC", "-pthread")
+_ELF_LIBS = ("-lm", "-lpthread")
+
+
+def toolchain_for(triple: str, cc: str | None = None) -> Toolchain:
+    """The C toolchain for an LLVM triple; `cc` (a command, may carry arguments) replaces
+    the compiler driver."""
+    arch = triple.split("-", 1)[0]
+    if arch == "x86_64":
+        cmd = shlex.split(cc or os.environ.get("CC") or "cc")
+        return Toolchain(triple, tuple(cmd), _ELF_FLAGS, (), _ELF_LIBS, (), KINDS, "gcc", CODEC_PACKAGES)
+    if arch == "aarch64":
+        cmd = shlex.split(cc or os.environ.get("CUVIL_CC_AARCH64") or "aarch64-linux-gnu-gcc")
+        return Toolchain(triple, tuple(cmd), _ELF_FLAGS, (), _ELF_LIBS, ("aarch64-linux-gnu-ar",), KINDS,
+                         "gcc-aarch64-linux-gnu libc6-dev-arm64-cross",
+                         "libjpeg62-turbo-dev:arm64 libpng-dev:arm64 zlib1g-dev:arm64")
+    if arch == "wasm32":
+        cmd = shlex.split(cc or os.environ.get("CUVIL_CC_WASM32") or "clang --target=wasm32-wasi")
+        ar = "llvm-ar" if shutil.which("llvm-ar") else "llvm-ar-14"
+        return Toolchain(triple, tuple(cmd), (), ("-Wl,-z,stack-size=1048576",), ("-lm",), (ar,),
+                         ("exe", "static"), "clang lld wasi-libc libclang-rt-14-dev-wasm32")
+    raise LinkError(f"no C toolchain for the target {triple!r} (supported: x86_64, aarch64, wasm32)")
+
+
+def check_image_support(tool: Toolchain) -> list[str]:
+    """The static codec archives image inputs link for this target, or a clear error."""
+    if not tool.codec_packages:
+        raise LinkError(f"image pre-processing (JPEG/PNG decoding) is not available for {tool.triple}: give the "
+                        "executable .npy inputs (an `overrides` entry can drop `preprocess` for this target) or "
+                        "decode with a pre-processing plugin (see examples/plugins/ppm_image.c)")
+    tool.check_installed()
+    return _static_archives(list(tool.cc), tool)
+
+
+def _static_archives(cc: list[str], tool: Toolchain | None = None) -> list[str]:
     found = []
     for name in CODEC_ARCHIVES:
         path = _run([*cc, f"-print-file-name={name}"], f"looking for {name}").strip()
         if not os.path.isabs(path) or not os.path.isfile(path):
+            if tool is not None and tool.arch != "x86_64":
+                raise LinkError(f"{name} for {tool.triple} not found by {shlex.join(cc)}: image inputs link "
+                                f"libjpeg, libpng and zlib statically, and these are not installed for this target "
+                                f"(Debian: dpkg --add-architecture arm64; apt-get install {tool.codec_packages}). "
+                                "Otherwise give the executable .npy inputs (an `overrides` entry can drop "
+                                "`preprocess` for this target) or decode with a pre-processing plugin "
+                                "(see examples/plugins/ppm_image.c)")
             raise LinkError(f"{name} not found by {shlex.join(cc)}: image inputs link libjpeg, libpng and zlib "
                             f"statically; install {CODEC_PACKAGES} (make setup)")
         found.append(path)
     return found
 
 
+def _side(sig: dict, who: str) -> str:
+    extra = f", plugin ABI {sig['plugin_abi']}" if "plugin_abi" in sig else ""
+    return (f"{who} for {sig.get('triple', '?')} (Cuvil ABI {sig.get('abi', '?')}{extra}, "
+            f"runtime {sig.get('runtime', '?')})")
+
+
+def check_signatures(manifest: dict, objects: Sequence[Path], runtime_obj: Path, plugin_objs: Sequence[Path],
+                     plugin_names: Sequence[str], cc: str) -> dict[str, Path]:
+    """Compare the ABI signatures of everything about to be linked (see module docstring).
+    Returns plugin name -> module. Raises LinkError naming both sides of a mismatch."""
+    prefix = manifest["prefix"]
+    runtime = next((s for s in abi.find_signatures(runtime_obj.read_bytes()) if s["kind"] == "runtime"), None)
+    if runtime is None:
+        raise LinkError(f"the runtime compiled by {cc!r} carries no ABI signature")
+    runtime_side = _side(runtime, f"the Cuvil runtime compiled by {cc!r}")
+    want_arch = manifest["target"]["triple"].split("-", 1)[0]
+    for o in objects:
+        data = o.read_bytes()
+        arch = abi.object_arch(data)
+        if arch is not None and arch != want_arch:
+            raise LinkError(f"cannot link {o.name}: it is {arch} code, but the manifest of model '{prefix}' says "
+                            f"{manifest['target']['triple']}")
+        for sig in abi.find_signatures(data):
+            if sig["kind"] != "model":
+                continue
+            if sig["triple"] != runtime["triple"] or sig.get("abi") != runtime.get("abi"):
+                model_side = _side(sig, f"the model '{sig.get('name', prefix)}' ({o.name})")
+                raise LinkError(f"cannot link {model_side} with {runtime_side}: rebuild the model with this Cuvil "
+                                "for the same target, or use that target's C toolchain")
+    found: dict[str, Path] = {}
+    for path in plugin_objs:
+        sigs = [s for s in abi.find_signatures(path.read_bytes()) if s["kind"] == "plugin"]
+        if not sigs:
+            raise LinkError(f"plugin module {path.name} has no Cuvil plugin signature: define its descriptor with "
+                            "CUVIL_PLUGIN(name, ...) from cuvil_plugin.h")
+        for sig in sigs:
+            if sig["triple"] != runtime["triple"] or sig.get("abi") != runtime.get("abi") or \
+                    sig.get("plugin_abi") != str(abi.PLUGIN_ABI_VERSION):
+                who = f"plugin '{sig.get('name', '?')}' ({path.name})"
+                theirs = _side(sig, who)
+                ours = _side(dict(runtime, plugin_abi=str(abi.PLUGIN_ABI_VERSION)),
+                             f"model '{prefix}' and the Cuvil runtime compiled by {cc!r}")
+                raise LinkError(f"refusing {theirs}: this link is {ours}; rebuild the plugin against this "
+                                "Cuvil's cuvil_plugin.h with the target's C toolchain")
+            found.setdefault(sig["name"], path)
+    missing = [n for n in plugin_names if n not in found]
+    if missing:
+        raise LinkError(f"model '{prefix}' uses the plugin(s) {', '.join(missing)}, which no plugin module defines "
+                        f"(defined: {', '.join(sorted(found)) or 'none'})")
+    return found
+
+
 def link_artifact(kind: str, objects: Sequence[str | os.PathLike], manifest: dict,
                   header_path: str | os.PathLike | None, out: str | os.PathLike, *,
-                  cc: str = "cc", workdir: str | os.PathLike | None = None) -> Path:
-    """Link `objects` (model.o, weights.o) with the runtime into `out` (see module docstring).
+                  cc: str | None = None, workdir: str | os.PathLike | None = None,
+                  plugins: Sequence[str | os.PathLike] = ()) -> Path:
+    """Link `objects` (model.o, weights.o) with the runtime and `plugins` into `out`
+    (see module docstring).
 
     `header_path` is the model's `<prefix>.h` (None: render it from the manifest into
-    the work directory). `cc` may carry arguments ("ccache gcc", "clang --target=...").
-    `workdir` keeps the intermediate files (default: a temporary directory).
-    Raises LinkError (with the command and its stderr) when the toolchain fails, and
-    CuvilError naming the manifest key when the manifest is wrong.
+    the work directory). `cc` replaces the target's C compiler and may carry arguments
+    ("ccache gcc", "clang --target=..."); default: `toolchain_for` the manifest's
+    triple. `plugins` are C files (compiled here), objects or archives of plugin
+    modules. `workdir` keeps the intermediate files (default: a temporary directory).
+    Raises LinkError (with the command and its stderr) when the toolchain fails or the
+    ABI signatures disagree, and CuvilError naming the manifest key when the manifest
+    is wrong.
     """
     if kind not in KINDS:
         raise LinkError(f"unknown artifact kind {kind!r}: expected one of {', '.join(KINDS)}")
     check_manifest(manifest)
     pre, _ = _processing(manifest)
+    needed_plugins = used_plugins(manifest) if kind == "exe" else []
     out = Path(out)
     if not out.parent.is_dir():
         raise LinkError(f"cannot link {out}: directory {out.parent} does not exist")
     objects = [Path(o) for o in objects]
-    for o in objects:
+    plugins = [Path(p_).resolve() for p_ in plugins]
+    for o in objects + plugins:
         if not o.is_file():
-            raise LinkError(f"cannot link {out}: object {o} does not exist")
-    ccmd = shlex.split(cc)
-    if not ccmd:
+            raise LinkError(f"cannot link {out}: {'plugin module' if o in plugins else 'object'} {o} does not exist")
+    triple = (manifest.get("target") or {}).get("triple") or "x86_64-unknown-linux-gnu"
+    if cc is not None and not shlex.split(cc):
         raise LinkError("no C compiler given (cc is empty)")
+    tool = toolchain_for(triple, cc)
+    tool.check_kind(kind)
+    tool.check_installed()
+    ccmd = list(tool.cc)
     prefix = manifest["prefix"]
     with contextlib.ExitStack() as stack:
         if workdir is None:
@@ -256,27 +461,43 @@ def link_artifact(kind: str, objects: Sequence[str | os.PathLike], manifest: dic
             header = Path(header_path).resolve()
             if not header.is_file():
                 raise LinkError(f"cannot link {out}: header {header_path} does not exist")
-        glue = work / f"{prefix}_glue.c"
-        glue.write_text(render_glue(manifest, header.name, app=kind == "exe"))
-        images = kind == "exe" and any(cfg is not None for cfg in pre)
-        flags = ["-std=c99", "-O2", "-fPIC", "-pthread",
+        images = kind == "exe" and any(cfg is not None and cfg.get("kind") != "plugin" for cfg in pre)
+        archives = check_image_support(tool) if images else []
+        flags = ["-std=c99", "-O2", *tool.flags,
                  f"-ffile-prefix-map={RUNTIME_DIR}=cuvil/runtime", f"-ffile-prefix-map={work}=.",
                  f"-ffile-prefix-map={header.parent}=.", "-I", str(header.parent), "-I", str(RUNTIME_DIR)]
         if kind == "shared":
             flags.append("-fvisibility=hidden")
         if kind == "exe" and not images:
             flags.append("-DCUVIL_NO_CODECS")
-        sources = [RUNTIME_DIR / s for s in CORE_SOURCES + (EXE_SOURCES if kind == "exe" else ())] + [glue]
+        sources = [RUNTIME_DIR / s for s in CORE_SOURCES + (EXE_SOURCES if kind == "exe" else ())]
         compiled = []
         for src in sources:
             obj = work / (src.stem + ".o")
             _run([*ccmd, *flags, "-c", str(src), "-o", obj.name], f"compiling {src.name} for {out}", cwd=work)
             compiled.append(obj.name)
+        plugin_objs = []
+        for i, src in enumerate(plugins):
+            name = f"plugin{i}_{src.stem}{'.a' if src.suffix == '.a' else '.o'}"
+            if src.suffix == ".c":
+                pflags = [f for f in flags if f != "-std=c99"] + [f"-ffile-prefix-map={src.parent}=plugins"]
+                _run([*ccmd, *pflags, "-c", str(src), "-o", name], f"compiling plugin {src.name} for {out}",
+                     cwd=work)
+            else:
+                shutil.copyfile(src, work / name)
+            plugin_objs.append(work / name)
         model_objs = []
         for i, o in enumerate(objects):  # fixed member names: the archive must not depend on the caller's paths
             name = f"{prefix}_{i}_{o.name}"
             shutil.copyfile(o, work / name)
             model_objs.append(name)
+        found = check_signatures(manifest, [work / n for n in model_objs], work / "cuvil_runtime.o", plugin_objs,
+                                 needed_plugins, shlex.join(ccmd))
+        glue = work / f"{prefix}_glue.c"
+        glue.write_text(render_glue(manifest, header.name, app=kind == "exe", plugins=sorted(found)))
+        _run([*ccmd, *flags, "-c", str(glue), "-o", glue.stem + ".o"], f"compiling {glue.name} for {out}", cwd=work)
+        compiled.append(glue.stem + ".o")
+        compiled += [p_.name for p_ in plugin_objs]
 
         fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
         os.close(fd)
@@ -284,22 +505,54 @@ def link_artifact(kind: str, objects: Sequence[str | os.PathLike], manifest: dic
         try:
             if kind == "static":
                 tmp.unlink()  # ar appends to an existing file
-                ar = _run([*ccmd, "-print-prog-name=ar"], "looking for ar").strip() or "ar"
-                _run([ar, "rcsD", str(tmp), *compiled, *model_objs], f"archiving {out}", cwd=work)
+                ar = list(tool.ar) or [_run([*ccmd, "-print-prog-name=ar"], "looking for ar").strip() or "ar"]
+                members = [m for m in compiled + model_objs if not m.endswith(".a")]
+                _run([*ar, "rcsD", str(tmp), *members], f"archiving {out}", cwd=work)
                 os.chmod(tmp, 0o644)
             else:
-                cmd = [*ccmd, "-o", str(tmp), *compiled, *model_objs]
+                cmd = [*ccmd, *tool.link_flags, "-o", str(tmp), *compiled, *model_objs]
                 if kind == "shared":
                     cmd[1:1] = ["-shared", f"-Wl,-soname,{out.name}", "-Wl,-z,defs"]
-                elif images:
-                    cmd += _static_archives(ccmd)
-                _run(cmd + ["-lm", "-lpthread"], f"linking {out}", cwd=work)
+                cmd += archives
+                _run(cmd + list(tool.libs), f"linking {out}", cwd=work)
                 os.chmod(tmp, 0o755)
             os.replace(tmp, out)
         finally:
             if tmp.exists():
                 tmp.unlink()
     return out
+
+
+QEMU = {"aarch64": ("qemu-aarch64", "/usr/aarch64-linux-gnu", "qemu-user")}
+
+
+def run_command(artifact: str | os.PathLike) -> list[str]:
+    """The command that runs a built executable on this machine: itself when it is this
+    machine's code, under qemu-user for aarch64 (with the cross C library as -L), or
+    under Node's WASI (`wasi_run.mjs`) for a wasm32-wasi module."""
+    import platform
+
+    from .runtime import WASI_RUNNER
+    path = Path(artifact)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise CuvilError(f"cannot run {path}: {e.strerror}") from None
+    arch = abi.object_arch(head)
+    if arch == "wasm32":
+        node = shutil.which("node") or shutil.which("nodejs")
+        if node is None:
+            raise CuvilError(f"{path} is a wasm32-wasi module: running it needs Node.js 20 or newer (node:wasi)")
+        return [node, "--no-warnings", str(WASI_RUNNER), str(path)]
+    if arch is None:
+        raise CuvilError(f"{path} is not an ELF executable or a wasm module")
+    if arch != platform.machine() and arch in QEMU:
+        qemu, sysroot, package = QEMU[arch]
+        if shutil.which(qemu) is None:
+            raise CuvilError(f"{path} is {arch} code: running it here needs {qemu} (Debian {package})")
+        return [qemu, "-L", sysroot, str(path.resolve())]
+    return [str(path.resolve())]
 
 
 def write_header(manifest: dict, path: str | os.PathLike) -> Path:
@@ -317,4 +570,5 @@ def write_header(manifest: dict, path: str | os.PathLike) -> Path:
     return path
 
 
-__all__ = ["KINDS", "link_artifact", "render_glue", "write_header", "image_config", "classification_config"]
+__all__ = ["KINDS", "Toolchain", "toolchain_for", "check_image_support", "check_signatures", "link_artifact",
+           "render_glue", "run_command", "write_header", "image_config", "classification_config", "used_plugins"]

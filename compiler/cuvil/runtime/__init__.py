@@ -7,6 +7,9 @@
     cuvil_npy.c            .npy reading and writing
     cuvil_image.c          JPEG/PNG decoding and image pre-processing
     cuvil_io.c             checked file reads, atomic writes, JSON output
+    cuvil_plugin.h         the versioned C ABI of plugin modules (pre/post-processing, custom ops)
+    abi.py                 ABI signatures: versions, reading them from objects
+    wasi_run.mjs           runs a wasm32-wasi executable under Node's node:wasi
 
 `cuvil.native.link_artifact` compiles these with the model's objects.
 """
@@ -21,7 +24,8 @@ CORE_SOURCES = ("cuvil_runtime.c", "cuvil_threadpool.c")
 # Added for executables. cuvil_image.c needs libjpeg, libpng and zlib unless it is
 # compiled with -DCUVIL_NO_CODECS (a model without image inputs).
 EXE_SOURCES = ("cuvil_main.c", "cuvil_npy.c", "cuvil_io.c", "cuvil_image.c")
-HEADERS = ("cuvil_runtime.h", "cuvil_app.h")
+HEADERS = ("cuvil_runtime.h", "cuvil_app.h", "cuvil_plugin.h")
+WASI_RUNNER = RUNTIME_DIR / "wasi_run.mjs"
 
 
 def source_paths(names) -> list[Path]:

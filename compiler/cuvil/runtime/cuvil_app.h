@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 
+#include "cuvil_plugin.h"
 #include "cuvil_runtime.h"
 
 #ifdef __cplusplus
@@ -21,7 +22,13 @@ extern "C" {
 #define CUVIL_IMAGE_MAX_FILE ((size_t)1 << 28)
 #define CUVIL_NPY_MAX_HEADER 65536
 
-typedef enum { CUVIL_PRE_NONE = 0, CUVIL_PRE_IMAGE = 1 } cuvil_pre_kind;
+typedef enum { CUVIL_PRE_NONE = 0, CUVIL_PRE_IMAGE = 1, CUVIL_PRE_PLUGIN = 2 } cuvil_pre_kind;
+
+/* A plugin hook in use: the plugin and the options the config gave it. */
+typedef struct cuvil_plugin_use {
+    const cuvil_plugin *plugin; /* NULL: none */
+    cuvil_plugin_options options;
+} cuvil_plugin_use;
 typedef enum { CUVIL_LAYOUT_NCHW = 0, CUVIL_LAYOUT_NHWC = 1 } cuvil_layout;
 typedef enum { CUVIL_COLOR_RGB = 0, CUVIL_COLOR_BGR = 1, CUVIL_COLOR_GRAY = 2 } cuvil_color;
 
@@ -37,6 +44,7 @@ typedef struct cuvil_image_pre {
     const float *std; /* C values */
     cuvil_layout layout;
     cuvil_color color;
+    cuvil_plugin_use plugin; /* kind CUVIL_PRE_PLUGIN: its preprocess hook fills the input */
 } cuvil_image_pre;
 
 typedef enum { CUVIL_POST_NONE = 0, CUVIL_POST_CLASSIFICATION = 1 } cuvil_post_kind;
@@ -53,6 +61,9 @@ typedef struct cuvil_app {
     const cuvil_model_desc *model;
     const cuvil_image_pre *pre; /* one per input */
     const cuvil_post *post; /* one per output */
+    cuvil_plugin_use postprocess; /* a plugin writing --output from all outputs (or none) */
+    int n_plugins;
+    const cuvil_plugin *const *plugins; /* every plugin module linked in (checked at start) */
 } cuvil_app;
 
 /* Defined by the generated glue of each executable. */

@@ -16,7 +16,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "cuvil_app.h"
 
 #ifndef CUVIL_NO_CODECS
+#include <setjmp.h> /* libjpeg's error exit; WASI has no setjmp */
 #include <jpeglib.h>
 #include <png.h>
 #endif
@@ -208,11 +208,13 @@ static cuvil_status decode_png(const uint8_t *data, size_t size, rgb_image *img)
 
 static cuvil_status decode_jpeg(const uint8_t *data, size_t size, rgb_image *img) {
     (void)data, (void)size, (void)img;
-    return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "this executable was linked without JPEG support");
+    return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "this executable was linked without JPEG support (cross targets link no "
+                      "image codecs: give a .npy file, or pre-process with a plugin)");
 }
 static cuvil_status decode_png(const uint8_t *data, size_t size, rgb_image *img) {
     (void)data, (void)size, (void)img;
-    return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "this executable was linked without PNG support");
+    return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "this executable was linked without PNG support (cross targets link no "
+                      "image codecs: give a .npy file, or pre-process with a plugin)");
 }
 
 #endif

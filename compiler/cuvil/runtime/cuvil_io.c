@@ -8,6 +8,10 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+#if defined(__wasi__)
+#include <fcntl.h>
+#include <time.h>
+#endif
 
 #include "cuvil_app.h"
 
@@ -71,25 +75,47 @@ cuvil_status cuvil_read_file(const char *path, size_t max_size, uint8_t **data, 
     return CUVIL_OK;
 }
 
+/* Create and open the temporary file `tmp` (`len` bytes of path, room for 12 more). */
+static int make_temp(char *tmp, size_t len) {
+#if defined(__wasi__) /* wasi-libc has no mkstemp, umask or fchmod: O_EXCL over a few names */
+    struct timespec ts;
+    unsigned long seed;
+    int attempt, fd = -1;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    seed = (unsigned long)ts.tv_nsec * 2654435761UL ^ (unsigned long)ts.tv_sec;
+    for (attempt = 0; attempt < 64; attempt++) {
+        snprintf(tmp + len, 12, ".tmp-%06lu", (seed + (unsigned long)attempt * 7919UL) % 1000000UL);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd >= 0 || errno != EEXIST) break;
+    }
+    return fd;
+#else
+    mode_t mask;
+    int fd;
+    memcpy(tmp + len, ".tmp-XXXXXX", 12);
+    fd = mkstemp(tmp);
+    if (fd < 0) return fd;
+    mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask); /* mkstemp makes 0600; give the file the usual mode */
+    return fd;
+#endif
+}
+
 cuvil_status cuvil_write_atomic(const char *path, cuvil_status (*write)(FILE *f, void *arg), void *arg) {
     size_t len = strlen(path);
     char *tmp = (char *)malloc(len + 16);
     cuvil_status st;
-    mode_t mask;
     FILE *f;
     int fd;
     if (tmp == NULL) return cuvil_fail(CUVIL_ERR_OUT_OF_MEMORY, "cannot allocate a file name");
     memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp-XXXXXX", 12);
-    fd = mkstemp(tmp);
+    fd = make_temp(tmp, len);
     if (fd < 0) {
         st = cuvil_fail(CUVIL_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
         free(tmp);
         return st;
     }
-    mask = umask(0);
-    umask(mask);
-    fchmod(fd, 0666 & ~mask); /* mkstemp makes 0600; give the file the usual mode */
     f = fdopen(fd, "wb");
     if (f == NULL) {
         st = cuvil_fail(CUVIL_ERR_IO, "cannot write '%s': %s", path, strerror(errno));

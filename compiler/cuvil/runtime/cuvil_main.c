@@ -1,5 +1,7 @@
-/* main() of a Cuvil executable: parse the command line, load the inputs (.npy or
- * images through the model's pre-processing), run, write .json or .npy.
+/* main() of a Cuvil executable: parse the command line, check the plugins linked
+ * in, load the inputs (.npy, images through the model's pre-processing, or raw
+ * bytes through a plugin's pre-processor), run, write .json or .npy (or the
+ * post-processing plugin's bytes).
  *
  * Exit codes: 0 ok, 1 bad input or runtime error, 2 usage error; every failure
  * is one line on stderr that starts with the program name, and leaves no output
@@ -12,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#if defined(__wasi__)
+#include <unistd.h>
+#endif
 
 #include "cuvil_app.h"
 
@@ -59,7 +64,10 @@ static void print_help(const cuvil_app *app) {
            m->prefix);
     for (i = 0; i < m->n_inputs; i++) {
         print_tensor(&m->inputs[i]);
-        printf("%s\n", app->pre[i].kind == CUVIL_PRE_IMAGE ? "  or a JPEG/PNG image (pre-processed)" : "");
+        if (app->pre[i].kind == CUVIL_PRE_PLUGIN)
+            printf("  or any file for the plugin '%s'\n", app->pre[i].plugin.plugin->name);
+        else
+            printf("%s\n", app->pre[i].kind == CUVIL_PRE_IMAGE ? "  or a JPEG/PNG image (pre-processed)" : "");
     }
     printf("outputs:\n");
     for (i = 0; i < m->n_outputs; i++) {
@@ -67,6 +75,9 @@ static void print_help(const cuvil_app *app) {
         if (app->post[i].kind == CUVIL_POST_CLASSIFICATION) printf("  classification, top %d", app->post[i].top_k);
         printf("\n");
     }
+    if (app->postprocess.plugin != NULL)
+        printf("post-processing: the plugin '%s' writes --output (any name; .npy still writes the tensor)\n",
+               app->postprocess.plugin->name);
     printf("\noptions:\n"
            "  --input FILE        an input, in the order above (repeat for each input)\n"
            "  --input NAME=FILE   the input called NAME\n"
@@ -162,10 +173,57 @@ static int parse_args(const cuvil_app *app, int argc, char **argv, options *o) {
         o->npy = 1;
         if (m->n_outputs != 1)
             return fail(EXIT_USAGE, "the model has %d outputs and a .npy file holds one: write .json", m->n_outputs);
-    } else if (!ends_with(o->output, ".json")) {
+    } else if (!ends_with(o->output, ".json") && app->postprocess.plugin == NULL) {
         return fail(EXIT_USAGE, "--output '%s' must end in .json or .npy", o->output);
     }
     return 0;
+}
+
+/* Per input, the state of its pre-processing plugin; then the post-processor's. */
+static void **pre_states = NULL;
+static void *post_state = NULL;
+
+/* Check every plugin linked in against this runtime, then initialise the hooks in
+ * use. Returns 0 or an exit code (the message printed). */
+static int start_plugins(const cuvil_app *app) {
+    int i;
+    for (i = 0; i < app->n_plugins; i++) {
+        const cuvil_plugin *pl = app->plugins[i];
+        char what[128];
+        snprintf(what, sizeof what, "plugin '%s'", pl->name ? pl->name : "?");
+        if (pl->abi_version != CUVIL_PLUGIN_ABI_VERSION || pl->size < sizeof(cuvil_plugin))
+            return fail(EXIT_FAILURE, "%s was built for Cuvil plugin ABI %u, this executable's runtime (%s, Cuvil ABI "
+                        "%d) speaks plugin ABI %d: rebuild the plugin against this cuvil_plugin.h", what,
+                        (unsigned)pl->abi_version, CUVIL_TARGET_TRIPLE, CUVIL_ABI_VERSION, CUVIL_PLUGIN_ABI_VERSION);
+        if (cuvil_check_signature(what, pl->signature) != CUVIL_OK) return fail(EXIT_FAILURE, "%s", cuvil_last_error());
+    }
+    for (i = 0; i < app->model->n_inputs; i++) {
+        const cuvil_plugin_use *u = &app->pre[i].plugin;
+        if (app->pre[i].kind != CUVIL_PRE_PLUGIN) continue;
+        if (u->plugin->preprocess == NULL)
+            return fail(EXIT_FAILURE, "plugin '%s' has no preprocess hook (input '%s')", u->plugin->name,
+                        app->model->inputs[i].name);
+        if (u->plugin->init != NULL && u->plugin->init(&pre_states[i], &u->options) != CUVIL_OK)
+            return fail(EXIT_FAILURE, "plugin '%s' (input '%s'): %s", u->plugin->name, app->model->inputs[i].name,
+                        cuvil_last_error());
+    }
+    if (app->postprocess.plugin != NULL) {
+        const cuvil_plugin_use *u = &app->postprocess;
+        if (u->plugin->postprocess == NULL)
+            return fail(EXIT_FAILURE, "plugin '%s' has no postprocess hook", u->plugin->name);
+        if (u->plugin->init != NULL && u->plugin->init(&post_state, &u->options) != CUVIL_OK)
+            return fail(EXIT_FAILURE, "plugin '%s' (post-processing): %s", u->plugin->name, cuvil_last_error());
+    }
+    return 0;
+}
+
+static void stop_plugins(const cuvil_app *app) {
+    int i;
+    for (i = 0; pre_states != NULL && i < app->model->n_inputs; i++)
+        if (app->pre[i].kind == CUVIL_PRE_PLUGIN && app->pre[i].plugin.plugin->destroy != NULL && pre_states[i])
+            app->pre[i].plugin.plugin->destroy(pre_states[i]);
+    if (app->postprocess.plugin != NULL && app->postprocess.plugin->destroy != NULL && post_state)
+        app->postprocess.plugin->destroy(post_state);
 }
 
 static cuvil_status load_input(const cuvil_app *app, int i, const char *path, void *dst) {
@@ -179,9 +237,15 @@ static cuvil_status load_input(const cuvil_app *app, int i, const char *path, vo
     size = fread(magic, 1, sizeof magic, f);
     fclose(f);
     if (size == sizeof magic && memcmp(magic, "\x93NUMPY", 6) == 0) return cuvil_npy_load(path, t, dst);
-    if (app->pre[i].kind != CUVIL_PRE_IMAGE) return cuvil_fail(CUVIL_ERR_FORMAT, "not a .npy file");
+    if (app->pre[i].kind == CUVIL_PRE_NONE) return cuvil_fail(CUVIL_ERR_FORMAT, "not a .npy file");
     if ((st = cuvil_read_file(path, CUVIL_IMAGE_MAX_FILE, &data, &size)) != CUVIL_OK) return st;
-    st = cuvil_image_load(data, size, &app->pre[i], t, (float *)dst);
+    if (app->pre[i].kind == CUVIL_PRE_PLUGIN) {
+        const cuvil_plugin *pl = app->pre[i].plugin.plugin;
+        cuvil_fail(CUVIL_ERR_FORMAT, "the plugin '%s' could not pre-process the file", pl->name);
+        st = pl->preprocess(pre_states[i], data, size, t, dst);
+    } else {
+        st = cuvil_image_load(data, size, &app->pre[i], t, (float *)dst);
+    }
     free(data);
     return st;
 }
@@ -195,6 +259,30 @@ typedef struct {
 static cuvil_status write_npy(FILE *f, void *arg) {
     output_job *job = (output_job *)arg;
     return cuvil_npy_write(f, &job->app->model->outputs[0], job->outputs[0]);
+}
+
+static cuvil_status write_to_file(void *self, const void *data, size_t size) {
+    if (size > 0 && fwrite(data, 1, size, (FILE *)self) != size)
+        return cuvil_fail(CUVIL_ERR_IO, "write failed");
+    return CUVIL_OK;
+}
+
+static cuvil_status write_plugin(FILE *f, void *arg) {
+    output_job *job = (output_job *)arg;
+    const cuvil_model_desc *m = job->app->model;
+    const cuvil_plugin *pl = job->app->postprocess.plugin;
+    cuvil_writer w;
+    cuvil_status st;
+    w.write = write_to_file;
+    w.self = f;
+    cuvil_fail(CUVIL_ERR_IO, "the plugin '%s' could not post-process the outputs", pl->name);
+    st = pl->postprocess(post_state, m->n_outputs, m->outputs, (const void *const *)job->outputs, &w);
+    if (st != CUVIL_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", cuvil_last_error());
+        return cuvil_fail(st, "plugin '%s': %s", pl->name, msg);
+    }
+    return CUVIL_OK;
 }
 
 static cuvil_status write_json(FILE *f, void *arg) {
@@ -235,7 +323,8 @@ static int run(const cuvil_app *app, const options *o, void **in, void **out) {
     job.app = app;
     job.outputs = out;
     job.logits = o->logits;
-    if (cuvil_write_atomic(o->output, o->npy ? write_npy : write_json, &job) != CUVIL_OK)
+    if (cuvil_write_atomic(o->output, o->npy ? write_npy : app->postprocess.plugin ? write_plugin : write_json, &job) !=
+        CUVIL_OK)
         return fail(EXIT_FAILURE, "output: %s", cuvil_last_error());
     return 0;
 }
@@ -250,12 +339,20 @@ int main(int argc, char **argv) {
         const char *slash = strrchr(argv[0], '/');
         prog = slash ? slash + 1 : argv[0];
     }
+#if defined(__wasi__)
+    { /* WASI starts in "/": the runner passes the host's working directory */
+        const char *pwd = getenv("PWD");
+        if (pwd != NULL && pwd[0] == '/') chdir(pwd);
+    }
+#endif
     memset(&o, 0, sizeof o);
     o.threads = 1;
     o.inputs = (const char **)calloc((size_t)m->n_inputs + 1, sizeof(char *));
-    if (mem == NULL || o.inputs == NULL) return fail(EXIT_FAILURE, "out of memory");
+    pre_states = (void **)calloc((size_t)m->n_inputs + 1, sizeof(void *));
+    if (mem == NULL || o.inputs == NULL || pre_states == NULL) return fail(EXIT_FAILURE, "out of memory");
     rc = parse_args(app, argc, argv, &o);
     if (rc == 0 && o.help) print_help(app);
+    if (rc == 0 && !o.help) rc = start_plugins(app);
     if (rc == 0 && !o.help) {
         if (!allocate(m->inputs, m->n_inputs, mem, mem + n) ||
             !allocate(m->outputs, m->n_outputs, mem + m->n_inputs, mem + n + m->n_inputs))
@@ -263,8 +360,10 @@ int main(int argc, char **argv) {
         else
             rc = run(app, &o, mem + n, mem + n + m->n_inputs);
     }
+    stop_plugins(app);
     for (i = 0; i < n; i++) free(mem[i]);
     free(mem);
     free(o.inputs);
+    free(pre_states);
     return rc;
 }

@@ -37,6 +37,7 @@ const char *cuvil_status_message(cuvil_status status) {
     case CUVIL_ERR_DTYPE: return "dtype does not match the model";
     case CUVIL_ERR_UNSUPPORTED: return "unsupported input";
     case CUVIL_ERR_TOO_LARGE: return "size too large";
+    case CUVIL_ERR_ABI: return "built for another target or ABI version";
     }
     return "unknown status code";
 }
@@ -49,6 +50,52 @@ cuvil_status cuvil_fail(cuvil_status status, const char *fmt, ...) {
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return status;
+}
+
+/* The signature lives in read-only data of every runtime object file that defines
+ * this function, which is how the link stage finds the runtime's target and ABI. */
+static const char runtime_signature[] = CUVIL_RUNTIME_SIGNATURE;
+
+const char *cuvil_runtime_signature(void) { return runtime_signature; }
+
+/* The value of `key` in a signature, copied into buf ("" when absent). */
+static const char *signature_field(const char *sig, const char *key, char *buf, size_t cap) {
+    size_t klen = strlen(key);
+    const char *p = strncmp(sig, CUVIL_SIGNATURE_MAGIC, sizeof CUVIL_SIGNATURE_MAGIC - 1) == 0
+                        ? sig + sizeof CUVIL_SIGNATURE_MAGIC - 1
+                        : sig;
+    buf[0] = '\0';
+    while (*p) {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            size_t n = len - klen - 1 < cap - 1 ? len - klen - 1 : cap - 1;
+            memcpy(buf, p + klen + 1, n);
+            buf[n] = '\0';
+            break;
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    return buf;
+}
+
+cuvil_status cuvil_check_signature(const char *what, const char *signature) {
+    char abi[16], triple[64], version[32];
+    if (signature == NULL) return CUVIL_OK;
+    if (strncmp(signature, CUVIL_SIGNATURE_MAGIC, sizeof CUVIL_SIGNATURE_MAGIC - 1) != 0)
+        return cuvil_fail(CUVIL_ERR_ABI, "%s has no Cuvil ABI signature; this runtime is Cuvil ABI %d for %s", what,
+                          CUVIL_ABI_VERSION, CUVIL_TARGET_TRIPLE);
+    signature_field(signature, "abi", abi, sizeof abi);
+    signature_field(signature, "triple", triple, sizeof triple);
+    signature_field(signature, "runtime", version, sizeof version);
+    if (strcmp(triple, CUVIL_TARGET_TRIPLE) != 0 || atoi(abi) != CUVIL_ABI_VERSION)
+        return cuvil_fail(CUVIL_ERR_ABI,
+                          "%s was built for %s (Cuvil ABI %s, runtime %s), but this runtime is for %s (Cuvil ABI "
+                          "%d, runtime %s): rebuild it with this Cuvil for this target",
+                          what, triple[0] ? triple : "?", abi[0] ? abi : "?", version[0] ? version : "?",
+                          CUVIL_TARGET_TRIPLE, CUVIL_ABI_VERSION, CUVIL_RUNTIME_VERSION);
+    return CUVIL_OK;
 }
 
 size_t cuvil_dtype_size(cuvil_dtype dtype) {
@@ -76,6 +123,11 @@ static cuvil_status check_model(const cuvil_model_desc *model) {
     if (model->forward == NULL || model->n_inputs < 0 || model->n_outputs < 0)
         return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "model descriptor %s is incomplete",
                           model->prefix ? model->prefix : "?");
+    if (model->signature != NULL) {
+        char what[96];
+        snprintf(what, sizeof what, "model %s", model->prefix ? model->prefix : "?");
+        return cuvil_check_signature(what, model->signature);
+    }
     return CUVIL_OK;
 }
 

@@ -20,16 +20,45 @@ extern "C" {
 
 #if defined(__GNUC__) || defined(__clang__)
 #define CUVIL_EXPORT __attribute__((visibility("default")))
+#define CUVIL_WEAK __attribute__((weak))
 #else
 #define CUVIL_EXPORT
+#define CUVIL_WEAK
 #endif
 
-#define CUVIL_ABI_VERSION 1
+/* The ABI between generated model objects, this runtime and plugins. Version 2
+ * added the signature (below) to cuvil_model_desc. */
+#define CUVIL_ABI_VERSION 2
+/* The version of these runtime sources (cuvil.runtime.RUNTIME_VERSION). */
+#define CUVIL_RUNTIME_VERSION "0.2.0"
 #define CUVIL_ARENA_ALIGN 64
 #define CUVIL_MAX_RANK 8
 #define CUVIL_MAX_THREADS 256
 
 /* Every function that can fail returns one of these; 0 is success. */
+/* The target this file is compiled for, as an LLVM triple (what the compiler's
+ * manifest and signatures record). */
+#if defined(__x86_64__) && defined(__linux__)
+#define CUVIL_TARGET_TRIPLE "x86_64-unknown-linux-gnu"
+#elif defined(__aarch64__) && defined(__linux__)
+#define CUVIL_TARGET_TRIPLE "aarch64-unknown-linux-gnu"
+#elif defined(__wasm32__) && defined(__wasi__)
+#define CUVIL_TARGET_TRIPLE "wasm32-unknown-wasi"
+#else
+#define CUVIL_TARGET_TRIPLE "unsupported"
+#endif
+
+#define CUVIL_STR_(x) #x
+#define CUVIL_STR(x) CUVIL_STR_(x)
+/* ABI signatures are strings in the objects' read-only data, found by the link
+ * stage (cuvil.native) and compared at run time: "CUVIL-SIGNATURE:" then
+ * `;`-separated key=value pairs: kind (model | runtime | plugin), name, abi,
+ * runtime, triple and, for plugins, plugin_abi. */
+#define CUVIL_SIGNATURE_MAGIC "CUVIL-SIGNATURE:"
+#define CUVIL_RUNTIME_SIGNATURE                                                                         \
+    CUVIL_SIGNATURE_MAGIC "kind=runtime;name=cuvil;abi=" CUVIL_STR(CUVIL_ABI_VERSION) ";runtime=" \
+        CUVIL_RUNTIME_VERSION ";triple=" CUVIL_TARGET_TRIPLE
+
 typedef enum cuvil_status {
     CUVIL_OK = 0,
     CUVIL_ERR_INVALID_ARGUMENT = 1, /* NULL pointer, index out of range, bad count */
@@ -42,7 +71,8 @@ typedef enum cuvil_status {
     CUVIL_ERR_SHAPE = 8, /* a tensor's shape differs from the model's */
     CUVIL_ERR_DTYPE = 9, /* a tensor's dtype differs from the model's */
     CUVIL_ERR_UNSUPPORTED = 10, /* valid input the runtime does not handle */
-    CUVIL_ERR_TOO_LARGE = 11 /* a size overflows or exceeds a limit */
+    CUVIL_ERR_TOO_LARGE = 11, /* a size overflows or exceeds a limit */
+    CUVIL_ERR_ABI = 12 /* a model or plugin built for another target or ABI version */
 } cuvil_status;
 
 typedef enum cuvil_dtype {
@@ -80,6 +110,9 @@ typedef struct cuvil_model_desc {
     int n_outputs;
     const cuvil_tensor_desc *outputs;
     cuvil_forward_fn forward;
+    /* The model object's signature (`<prefix>_signature`, see CUVIL_SIGNATURE_MAGIC):
+     * checked against this runtime's when a context is created. NULL: not checked. */
+    const char *signature;
 } cuvil_model_desc;
 
 typedef struct cuvil_ctx cuvil_ctx;
@@ -96,6 +129,13 @@ cuvil_status cuvil_fail(cuvil_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* This runtime's signature (CUVIL_RUNTIME_SIGNATURE). */
+CUVIL_EXPORT const char *cuvil_runtime_signature(void);
+/* CUVIL_OK if `signature` (a model's or plugin's) is for this runtime's target and
+ * ABI; otherwise CUVIL_ERR_ABI with a message naming both sides. `what` names the
+ * other side in the message ("model mobilenet_v2"). */
+CUVIL_EXPORT cuvil_status cuvil_check_signature(const char *what, const char *signature);
 
 /* --- dtypes ---------------------------------------------------------------- */
 
