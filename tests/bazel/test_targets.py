@@ -87,6 +87,22 @@ def test_wasm32_program_matches_host(bazel):
     np.testing.assert_allclose(out, host, rtol=1e-5, atol=1e-6)
 
 
+def test_wasm32_executable_matches_host(bazel, tmp_path):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node (with node:wasi) is not installed: no WASI runtime to run wasm32 on")
+    bazel.build("//tests/bazel:mlp_host", "//tests/bazel:mlp_wasm32")
+    assert bazel.bin("tests/bazel/mlp_wasm32").read_bytes()[:4] == b"\0asm"
+    np.save(tmp_path / "x.npy", np.random.default_rng(2).standard_normal((1, 784), np.float32))
+    run([bazel.bin("tests/bazel/mlp_host"), "--input", tmp_path / "x.npy", "--output", tmp_path / "host.npy"])
+    # The module sees the current directory (run_wasi.mjs preopens "."): relative paths.
+    subprocess.run([node, "--no-warnings", REPO / "tests/bazel/run_wasi.mjs", bazel.bin("tests/bazel/mlp_wasm32"),
+                    "--input", "x.npy", "--output", "wasm.npy"], cwd=tmp_path, check=True, timeout=300)
+    host, out = np.load(tmp_path / "host.npy"), np.load(tmp_path / "wasm.npy")
+    assert host.shape == out.shape == (1, 10)
+    np.testing.assert_allclose(out, host, rtol=1e-5, atol=1e-6)
+
+
 def synthetic_image() -> np.ndarray:
     """The image examples/cpp_app/main.cc makes (same formula, float32)."""
     c, y, x = np.meshgrid(np.arange(3), np.arange(224), np.arange(224), indexing="ij")
