@@ -61,17 +61,20 @@ def _FunctionModule(fn):
 
 
 def compile(module, example_inputs: Sequence = (), *, quantization: str = "none", threads: int = 1,
-            target=None, prefix: str = "cuvil_model", jit: bool = False) -> "CompiledModel":
+            target=None, prefix: str = "cuvil_model", jit: bool = False,
+            profile: bool = False) -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it.
 
     The object is linked with the C runtime into a shared library exactly as
     `cuvil link --kind shared` does, and called through the generated C API
     (`<prefix>_create` / `_run` / `_set_threads`). With `jit=True` the same LLVM IR is
-    JIT-compiled in-process instead (for tests; runs serially)."""
+    JIT-compiled in-process instead (for tests; runs serially). With `profile=True`
+    every kernel call is timed (cycle counter); `CompiledModel.profile()` reports it."""
     from .backend.llvm.codegen import generate
     from .backend.llvm.kernels import scratch_bytes
     from .backend.llvm.target import compile_to_object, host_target
     from .backend.llvm.weights import weights_object
+    from .build import signature_ir
     from .native import link_artifact
     from .passes.pipeline import default_pipeline, run_pipeline
 
@@ -82,7 +85,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     ir_module = _to_ir(module, example_inputs)
     run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
     target = target or host_target()
-    gen = generate(ir_module, prefix, target.vector_bits)
+    gen = generate(ir_module, prefix, target.vector_bits, profile=profile)
     if jit:
         from .backend.llvm.jit import JitEngine
         engine = JitEngine(gen, target)
@@ -90,7 +93,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     manifest = manifest_of(gen, target, threads)
     with tempfile.TemporaryDirectory(prefix="cuvil-") as tmp:
         paths = [Path(tmp, f"{prefix}.o"), Path(tmp, f"{prefix}.weights.o")]
-        paths[0].write_bytes(compile_to_object(gen.llvm_ir, target))
+        paths[0].write_bytes(compile_to_object(gen.llvm_ir + signature_ir(prefix, target.triple), target))
         paths[1].write_bytes(weights_object(f"{prefix}_weights", gen.weights, target))
         so = link_artifact("shared", paths, manifest, None, Path(tmp, f"lib{prefix}.so"))
         lib = ctypes.CDLL(str(so))  # the mapping survives the directory's removal
@@ -99,10 +102,13 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
 
 def manifest_of(gen, target, threads: int = 1, preprocess=None, postprocess=None) -> dict:
     """The compile stage's manifest for generated code (see cuvil.build)."""
+    from .runtime import abi
     return {
         "format": "cuvil-manifest-1",
         "prefix": gen.prefix,
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
+        "signature": {"triple": target.triple, "abi_version": abi.ABI_VERSION,
+                      "runtime_version": abi.RUNTIME_VERSION, "plugin_abi_version": abi.PLUGIN_ABI_VERSION},
         "arena_size": gen.arena_size,
         "threads": threads,
         "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.inputs],
@@ -140,6 +146,8 @@ class CompiledModel:
         self._ctx = ctx
         self.threads = 1
         self.set_threads(threads)
+        self._profile_ops = gen.profile_ops
+        self._prefix_name = p
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:
@@ -159,6 +167,17 @@ class CompiledModel:
 
     def _invoke(self, in_ptrs, out_ptrs) -> None:
         self._check(self._run(self._ctx, in_ptrs, out_ptrs), "run")
+
+    def profile(self, reset: bool = True) -> list[tuple[str, str, str, int]]:
+        """(op, source location, result type, cycles) per kernel call since the last reset,
+        most expensive first. Needs `cuvil.compile(..., profile=True)`."""
+        if not self._profile_ops:
+            raise CuvilError("compile with profile=True to profile")
+        counters = (ctypes.c_int64 * len(self._profile_ops)).in_dll(self._lib, f"{self._prefix_name}_profile")
+        rows = [(*info, int(c)) for info, c in zip(self._profile_ops, counters)]
+        if reset:
+            ctypes.memset(counters, 0, ctypes.sizeof(counters))
+        return sorted(rows, key=lambda r: -r[3])
 
     def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
         if len(arrays) != len(self.inputs):
