@@ -38,6 +38,12 @@ def _to_ir(module, example_inputs) -> Module:
         return module
     if isinstance(module, (str, os.PathLike)) and str(module).endswith(".cvir"):
         return read_bundle(module)
+    from .frontends.onnx import capture_onnx, is_onnx_model
+    from .frontends.tf import capture_tf, is_tensorflow_model
+    if is_onnx_model(module):  # an onnx.ModelProto or a .onnx path
+        return capture_onnx(module, example_inputs)
+    if is_tensorflow_model(module):  # Keras model, tf.function, concrete function, SavedModel dir
+        return capture_tf(module, example_inputs)
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency of the test setup
@@ -47,8 +53,8 @@ def _to_ir(module, example_inputs) -> Module:
         if not isinstance(module, torch.nn.Module):
             module = _FunctionModule(module)
         return capture_torch(module, example_inputs)
-    raise CuvilError(f"cannot compile a {type(module).__name__}: pass a torch.nn.Module, "
-                     "a cuvil.ir.Module or a .cvir path")
+    raise CuvilError(f"cannot compile a {type(module).__name__}: pass a torch.nn.Module, a Keras model "
+                     "or tf.function, an ONNX model or .onnx path, a cuvil.ir.Module or a .cvir path")
 
 
 def _FunctionModule(fn):

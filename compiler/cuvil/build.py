@@ -209,6 +209,11 @@ def capture_to(cfg: Config, out: Path) -> list[Path]:
     `plugin.custom_ops` entries map a framework op (`namespace::name`, e.g. a
     torch.library custom op) to `cuvil.custom {symbol}` for this capture."""
     before = set(sys.modules)
+    if cfg.data["model"]["framework"] != "pytorch":
+        module, files = _capture_tf_or_onnx(cfg)
+        from .ir import write_bundle
+        write_bundle(module, out)
+        return sorted(set(_project_files(before, cfg)) | set(files))
     entry = _import_entry(cfg)
     try:
         result = entry()
@@ -231,6 +236,45 @@ def capture_to(cfg: Config, out: Path) -> list[Path]:
         torch_ops.HANDLERS.update(saved)
     write_bundle(module, out)
     return _project_files(before, cfg)
+
+
+def _capture_tf_or_onnx(cfg: Config):
+    """(IR module, model files read) for framework tensorflow (a SavedModel directory or an
+    entry returning a Keras model / tf.function and optionally its example inputs) or onnx
+    (a .onnx file). Example inputs are NumPy arrays in the framework's own layout."""
+    import numpy as np
+
+    from .ir.types import DTYPES, dtype_of
+    m, specs = cfg.data["model"], cfg.data.get("inputs") or []
+    names = [s["name"] for s in specs] or None
+    given, files = None, []
+    if "entry" in m:
+        try:
+            result = _import_entry(cfg)()
+        except CuvilError:
+            raise
+        except Exception as e:
+            raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
+        model, given = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
+    else:
+        model = cfg.resolve(m.get("saved_model") or m["onnx"])
+        files = [model] if model.is_file() else sorted(p for p in model.rglob("*") if p.is_file())
+    if given is None:
+        rng = np.random.default_rng(0)
+        given = [rng.standard_normal(s["shape"]).astype(DTYPES[s.get("dtype", "f32")]) for s in specs]
+    given = [np.asarray(x) for x in given]
+    if specs and len(specs) != len(given):
+        raise cfg.error(["inputs"], f"the model takes {len(given)} inputs, the config lists {len(specs)}")
+    for i, (s, x) in enumerate(zip(specs, given)):
+        if list(x.shape) != list(s["shape"]):
+            raise cfg.error(["inputs", i, "shape"], f"the model's example input has shape {list(x.shape)}")
+        if "dtype" in s and dtype_of(x) != s["dtype"]:
+            raise cfg.error(["inputs", i, "dtype"], f"the model's example input is {dtype_of(x)}")
+    if m["framework"] == "onnx":
+        from .frontends.onnx import capture_onnx
+        return capture_onnx(model, given, name_inputs=names), files
+    from .frontends.tf import capture_tf
+    return capture_tf(model if "entry" in m else str(model), given, name_inputs=names), files
 
 
 def _project_files(before: set, cfg: Config) -> list[Path]:

@@ -60,16 +60,20 @@ SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["model"],
     "properties": {
         "model": {
-            "type": "object", "additionalProperties": False, "required": ["framework", "entry"],
+            "type": "object", "additionalProperties": False, "required": ["framework"],
             "properties": {
-                "framework": {"enum": ["pytorch"]},
+                "framework": {"enum": ["pytorch", "tensorflow", "onnx"]},
+                "saved_model": {"type": "string"},   # tensorflow: a SavedModel directory
+                "onnx": {"type": "string"},          # onnx: a .onnx file
                 "name": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
                 "source": {"type": "string"},
                 "module": {"type": "string", "pattern": r"^[A-Za-z_][\w.]*$"},
                 "entry": {"type": "string", "pattern": r"^[A-Za-z_]\w*$"},
                 "python_path": {"type": "array", "items": {"type": "string"}},
             },
-            "oneOf": [{"required": ["source"]}, {"required": ["module"]}],
+            "oneOf": [{"required": ["source"]}, {"required": ["module"]}, {"required": ["saved_model"]},
+                      {"required": ["onnx"]}],
+            "if": {"anyOf": [{"required": ["source"]}, {"required": ["module"]}]}, "then": {"required": ["entry"]},
         },
         "inputs": {
             "type": "array", "minItems": 1,
@@ -220,7 +224,8 @@ class Config:
         m = self.data["model"]
         if "name" in m:
             return m["name"]
-        stem = Path(m.get("source") or m["module"].rsplit(".", 1)[-1]).stem
+        stem = Path(m.get("source") or m.get("onnx") or m.get("saved_model", "").rstrip("/\\")
+                    or m["module"].rsplit(".", 1)[-1]).stem
         return "".join(c if c.isalnum() or c == "_" else "_" for c in stem) or "model"
 
     def section_hash(self, *sections: str) -> str:
@@ -270,7 +275,8 @@ def _raise_schema_error(cfg: "Config", e, prefix=()) -> None:
         keys = keys + extra[:1]
         raise cfg.error(keys, f"unknown key (allowed: {', '.join(sorted(e.schema['properties']))})")
     if e.validator == "oneOf" and keys == ["model"]:
-        raise cfg.error(keys, "give exactly one of 'source' (a Python file) or 'module' (a module name)")
+        raise cfg.error(keys, "give exactly one of 'source' (a Python file) or 'module' (a module name) with "
+                              "'entry', 'saved_model' (a TensorFlow SavedModel directory) or 'onnx' (a .onnx file)")
     if e.validator == "oneOf" and keys[-2:] == ["when", "target"]:
         raise cfg.error(keys, f"{e.instance!r} is not a target or a list of targets (targets: {', '.join(TARGETS)})")
     if e.validator == "pattern" and keys[:2] == ["plugin", "modules"]:
@@ -388,6 +394,7 @@ def _check_plugins(cfg: Config) -> None:
 def _check_files(cfg: Config) -> None:
     _check_plugins(cfg)
     m = cfg.data["model"]
+    _check_model_source(cfg, m)
     if "source" in m and not cfg.resolve(m["source"]).is_file():
         raise cfg.error(["model", "source"], f"file not found: {cfg.resolve(m['source'])}")
     for i, p in enumerate(m.get("python_path", [])):
@@ -409,3 +416,19 @@ def _check_files(cfg: Config) -> None:
             for key in ("mean", "std"):
                 if key in pre and len(pre[key]) not in (1, 3):
                     raise cfg.error(["inputs", i, "preprocess", key], "give 1 or 3 values")
+
+
+def _check_model_source(cfg: Config, m: dict) -> None:
+    """The model source suits the framework, and the SavedModel / .onnx file exists."""
+    fw = m["framework"]
+    key = next(k for k in ("source", "module", "saved_model", "onnx") if k in m)
+    allowed = {"pytorch": ("source", "module"), "tensorflow": ("source", "module", "saved_model"),
+               "onnx": ("onnx",)}[fw]
+    if key not in allowed:
+        raise cfg.error(["model", key], f"framework {fw} takes {' or '.join(repr(k) for k in allowed)}, not {key!r}")
+    if "entry" in m and key in ("saved_model", "onnx"):
+        raise cfg.error(["model", "entry"], f"'entry' goes with 'source' or 'module', not with {key!r}")
+    if key == "saved_model" and not (cfg.resolve(m[key]) / "saved_model.pb").is_file():
+        raise cfg.error(["model", key], f"not a SavedModel directory (no saved_model.pb): {cfg.resolve(m[key])}")
+    if key == "onnx" and not cfg.resolve(m[key]).is_file():
+        raise cfg.error(["model", key], f"file not found: {cfg.resolve(m[key])}")

@@ -133,6 +133,7 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
     """Export `model` with torch.export at the example inputs' shapes and lower it."""
     import torch
     from . import torch_composite, torch_ops  # noqa: F401  (torch_composite registers handlers)
+    from . import torch_hf  # noqa: F401  (registers the Hugging Face Transformers handlers)
 
     if isinstance(model, torch.nn.Module):
         model = model.eval()
