@@ -22,7 +22,9 @@ STAMP := $(VENV)/.cuvil-setup-$(SETUP_KEY)
 
 # Debian packages for the C runtime: libjpeg-turbo, libpng and zlib headers and the
 # static libraries that executables with image inputs link (no codec .so at run time).
-SYSTEM_PACKAGES := libjpeg62-turbo-dev libpng-dev zlib1g-dev
+# Cross targets: the aarch64 C toolchain + qemu-user, clang/lld/wasi-libc for wasm32-wasi, node (node:wasi).
+SYSTEM_PACKAGES := libjpeg62-turbo-dev libpng-dev zlib1g-dev \
+	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user clang lld wasi-libc libclang-rt-14-dev-wasm32 nodejs
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo)
 
 # Debian packages for the Bazel build (see the README's "Using Cuvil from Bazel"):

@@ -563,6 +563,7 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
     target = resolve_target(opts)  # fail before any work on an impossible target
     tool = toolchain_for(target.triple, cc)
     tool.check_kind(_NATIVE_KIND[kind])
+    tool.check_installed()
     if kind == "executable":
         images = [i for i, s in enumerate(cfg.data.get("inputs", []))
                   if (s.get("preprocess") or {}).get("kind") == "image"]

@@ -341,7 +341,13 @@ def load_config(path: str | Path, target: str | None = None) -> Config:
         raise ConfigError(f"target {target!r} is not supported (targets: {', '.join(TARGETS)})")
     cfg.target = target or (data.get("target") or {}).get("arch", "host")
     _apply_overrides(cfg)
-    _check_files(cfg)
+    try:
+        _check_files(cfg)
+    except ConfigError as e:
+        if not cfg.applied:
+            raise
+        where = ", ".join(f"overrides[{i}] at {cfg.line('overrides', i)}" for i in cfg.applied)
+        raise ConfigError(f"{e} (with the overrides for target {cfg.target}: {where})") from None
     return cfg
 
 

@@ -323,7 +323,8 @@ def toolchain_for(triple: str, cc: str | None = None) -> Toolchain:
                          "gcc-aarch64-linux-gnu libc6-dev-arm64-cross",
                          "libjpeg62-turbo-dev:arm64 libpng-dev:arm64 zlib1g-dev:arm64")
     if arch == "wasm32":
-        cmd = shlex.split(cc or os.environ.get("CUVIL_CC_WASM32") or "clang --target=wasm32-wasi")
+        clang = "clang" if shutil.which("clang") or not shutil.which("clang-14") else "clang-14"
+        cmd = shlex.split(cc or os.environ.get("CUVIL_CC_WASM32") or f"{clang} --target=wasm32-wasi")
         ar = "llvm-ar" if shutil.which("llvm-ar") else "llvm-ar-14"
         return Toolchain(triple, tuple(cmd), (), ("-Wl,-z,stack-size=1048576",), ("-lm",), (ar,),
                          ("exe", "static"), "clang lld wasi-libc libclang-rt-14-dev-wasm32")
