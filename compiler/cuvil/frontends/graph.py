@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from ..errors import FrontendError, UnsupportedOpError
-from ..ir import OP_REGISTRY, Builder, Function, Module, TensorType, Value, verify
+from ..ir import OP_REGISTRY, Builder, Function, Module, Value, verify
 from ..ir.interpreter import evaluate_op
 from ..ir.ops.shape import Constant
 from ..ir.types import DTYPES
@@ -161,10 +161,6 @@ def check_type(v: Value, shape, dtype: str | None, what: str) -> None:
                             f"{[d if d is not None else '?' for d in shape]}")
     if dtype is not None and dtype != v.dtype:
         raise FrontendError(f"internal: {what} lowered to {v.type}, the framework says dtype {dtype}")
-
-
-def input_types(example_inputs, dtype_of) -> list[TensorType]:
-    return [TensorType(tuple(int(d) for d in np.shape(x)), dtype_of(x)) for x in example_inputs]
 
 
 # -- shared shape arithmetic --------------------------------------------------------------------
