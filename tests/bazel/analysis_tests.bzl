@@ -5,7 +5,7 @@ load("@bazel_skylib//lib:unittest.bzl", "analysistest", "asserts")
 load("//rules:defs.bzl", "CuvilModelInfo")
 
 _PLATFORMS = "//command_line_option:platforms"
-_QUANTIZATION = "//settings:quantization"
+_QUANTIZATION = "//cuvil:quantization"
 
 def _actions_with(env, mnemonic):
     return [a for a in analysistest.target_actions(env) if a.mnemonic == mnemonic]
@@ -88,7 +88,7 @@ compile_wasm32_test = analysistest.make(
     config_settings = {_PLATFORMS: "//platforms:wasm32_wasi"},
 )
 
-# --//settings:quantization reaches the compile command line ...
+# --//cuvil:quantization reaches the compile command line ...
 def _quantization_flag_test_impl(ctx):
     env = analysistest.begin(ctx)
     _check_compile(env, "aarch64-linux-gnu", "aarch64-unknown-linux-gnu", "generic", "+neon", "int8_sym")

@@ -59,7 +59,7 @@ def test_reexecuted_stages_give_identical_bytes(fresh_bazel):
 def test_quantization_change_reruns_compile_not_capture(fresh_bazel, tmp_path):
     log = tmp_path / "quantization.json"
     fresh_bazel.build("//tests/bazel:mlp_host")  # quantization none (the default)
-    proc = fresh_bazel.build("//tests/bazel:mlp_host", "--//settings:quantization=int8_sym", "--keep_going",
+    proc = fresh_bazel.build("//tests/bazel:mlp_host", "--//cuvil:quantization=int8_sym", "--keep_going",
                              f"--execution_log_json_file={log}", check=False)
     spawns = read_execution_log(log)
     mnemonics = [s["mnemonic"] for s in spawns]
