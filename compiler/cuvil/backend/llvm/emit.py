@@ -88,9 +88,16 @@ def _clamp(b, x, dtype, attrs):
 
 
 def _math(name):
+    """The float32 math library; f64 values go through it in f32 (documented limit)."""
     def emit(b, x, dtype, attrs):
+        if x.type == F64:
+            return b.fpext(b.call(get_math(b.module, name), [b.fptrunc(x, F32)]), F64)
         return b.call(get_math(b.module, name), [x])
     return emit
+
+
+def _call_math(b, name, x):
+    return _math(name)(b, x, None, None)
 
 
 def _fmul(b, x, y):
@@ -107,9 +114,9 @@ def _gelu(b, x, dtype, attrs):
     if attrs.get("approximate") == "tanh":
         c = fconst(dtype, math.sqrt(2.0 / math.pi))
         inner = _fmul(b, c, _fadd(b, x, _fmul(b, fconst(dtype, 0.044715), _fmul(b, x, _fmul(b, x, x)))))
-        t = b.call(get_math(b.module, "tanh"), [inner])
+        t = _call_math(b, "tanh", inner)
     else:
-        t = b.call(get_math(b.module, "erf"), [_fmul(b, x, fconst(dtype, 1.0 / math.sqrt(2.0)))])
+        t = _call_math(b, "erf", _fmul(b, x, fconst(dtype, 1.0 / math.sqrt(2.0))))
     return _fmul(b, _fmul(b, half, x), _fadd(b, one, t))
 
 
@@ -132,7 +139,7 @@ _FLOAT_UNARY = {
     "log": _math("log"),
     "erf": _math("erf"),
     "gelu": _gelu,
-    "silu": lambda b, x, d, a: _fmul(b, x, b.call(get_math(b.module, "sigmoid"), [x])),
+    "silu": lambda b, x, d, a: _fmul(b, x, _call_math(b, "sigmoid", x)),
     "hardsigmoid": _hardsigmoid,
     "hardswish": lambda b, x, d, a: _fmul(b, x, _hardsigmoid(b, x, d, a)),
     "clamp": _clamp,
@@ -141,7 +148,7 @@ _FLOAT_UNARY = {
     "reciprocal": lambda b, x, d, a: b.fdiv(fconst(d, 1.0), x),
     "elu": lambda b, x, d, a: _positive_select(
         b, x, d, _fmul(b, fconst(d, a.get("alpha", 1.0)),
-                       b.fsub(b.call(get_math(b.module, "exp"), [x]), fconst(d, 1.0)))),
+                       b.fsub(_call_math(b, "exp", x), fconst(d, 1.0)))),
     "leaky_relu": lambda b, x, d, a: _positive_select(b, x, d, _fmul(b, x, fconst(d, a.get("slope", 0.01)))),
 }
 

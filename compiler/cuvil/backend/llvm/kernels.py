@@ -456,7 +456,10 @@ def k_max_pool2d(b, k: KernelArgs):
         xplane = b.mul(nc, i64(h * w))
         with for_range(b, oh, name="y") as y:
             with for_range(b, ow, name="x") as x:
-                best = fconst(dt, -np.inf)
+                isf = dt in ("f32", "f16", "f64")
+                low = fconst(dt, -np.inf) if isf else _int_reduce_init(dt, "max")
+                cmp = b.icmp_unsigned if dt in ("bool", "u8") else b.icmp_signed
+                best = low
                 # The window is small: unroll it with compile-time taps and runtime bounds checks.
                 for i in range(kh):
                     iy = b.add(b.mul(y, i64(sh)), i64(i * dh - pt))
@@ -466,8 +469,8 @@ def k_max_pool2d(b, k: KernelArgs):
                         ok = b.and_(oky, b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w))))
                         safe = b.select(ok, b.add(xplane, b.add(b.mul(iy, i64(w)), ix)), xplane)
                         v = load(b, X, safe, dt)
-                        v = b.select(ok, v, fconst(dt, -np.inf))
-                        best = b.select(b.fcmp_unordered(">", v, best), v, best)
+                        v = b.select(ok, v, low)
+                        best = b.select(b.fcmp_unordered(">", v, best) if isf else cmp(">", v, best), v, best)
                 store(b, best, O, b.add(b.mul(nc, i64(oh * ow)), b.add(b.mul(y, i64(ow)), x)), dt)
 
 
@@ -639,6 +642,16 @@ def k_batch_norm(b, k: KernelArgs):
 
 
 # -- reductions ------------------------------------------------------------------------------
+def _int_reduce_init(dt: str, kind: str) -> ir.Constant:
+    """The identity of an integer sum/max/min in the dtype's own range."""
+    ty = REG_TYPES[dt]
+    if kind in ("sum", "mean"):
+        return ir.Constant(ty, 0)
+    unsigned = dt in ("bool", "u8")
+    lo, hi = (0, (1 << ty.width) - 1) if unsigned else (-(1 << (ty.width - 1)), (1 << (ty.width - 1)) - 1)
+    return ir.Constant(ty, lo if kind == "max" else hi)
+
+
 def _reduce_kernel(kind):
     def emit(b, k: KernelArgs):
         xt = k.in_types[0]
@@ -649,8 +662,7 @@ def _reduce_kernel(kind):
         count = prod(xt.shape[a] for a in axes)
         isf = dt in ("f32", "f16", "f64")
         init = {"sum": 0.0, "mean": 0.0, "max": -np.inf, "min": np.inf}[kind]
-        init_v = fconst(dt, init) if isf else ir.Constant(REG_TYPES[dt], 0 if kind in ("sum", "mean") else
-                                                          (-(1 << 62) if kind == "max" else (1 << 62)))
+        init_v = fconst(dt, init) if isf else _int_reduce_init(dt, kind)
         X, O = k.ins[0], k.out
         kept_shape = [xt.shape[i] for i in kept]
         out_views = [View(O, dt, contiguous_strides(kept_shape)), View(X, dt, [xs[i] for i in kept])]
@@ -667,7 +679,8 @@ def _reduce_kernel(kind):
                 elif isf:
                     r = _fmax(b, a, v) if kind == "max" else _fmin(b, a, v)
                 else:
-                    r = b.select(b.icmp_signed(">" if kind == "max" else "<", v, a), v, a)
+                    cmp = b.icmp_unsigned if dt in ("bool", "u8") else b.icmp_signed
+                    r = b.select(cmp(">" if kind == "max" else "<", v, a), v, a)
                 b.store(r, acc)
             loop_nest(b, [xt.shape[a] for a in axes] or [1], [View(X, dt, [xs[a] for a in axes] or [0])], inner)
             res = b.load(acc)
