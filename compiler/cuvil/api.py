@@ -18,7 +18,7 @@ from .errors import CuvilError
 from .ir import Module, read_bundle, write_bundle
 from .ir.types import TensorType
 
-QUANTIZATION_MODES = ("none",)
+QUANTIZATION_MODES = ("none", "fp16")
 
 
 def capture(module, example_inputs: Sequence, path: str | os.PathLike) -> Module:
@@ -89,7 +89,8 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
     ir_module = _to_ir(module, example_inputs)
-    run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
+    run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes},
+                                             quantize_weights={"method": quantization}))
     target = target or host_target()
     gen = generate(ir_module, prefix, target.vector_bits, profile=profile)
     if jit:

@@ -419,13 +419,16 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     from .backend.llvm.weights import weights_object
     from .ir import read_bundle
     from .passes.pipeline import default_pipeline, run_pipeline
+    from .passes.quantize_weights import weight_bytes
 
     q = opts["quantization"]
     if q not in ("none", "fp16", "int8_sym", "int4_block"):
         raise CuvilError(f"unknown quantization method {q!r} (known: none, fp16, int8_sym, int4_block)")
-    if q != "none":
-        raise CuvilError(f"quantization method {q!r} is not implemented yet (implemented: none)")
+    if q not in IMPLEMENTED_QUANTIZATION:
+        raise CuvilError(f"quantization method {q!r} is not implemented yet "
+                         f"(implemented: {', '.join(IMPLEMENTED_QUANTIZATION)})")
     module = read_bundle(cvir)
+    weights_before = weight_bytes(module)
     fn = module.main
     names = opts.get("output_names") or []
     if names:
@@ -435,7 +438,7 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     for name in list(opts["preprocess"]) + list(opts["postprocess"]):
         if name not in fn.input_names + fn.output_names:
             raise CuvilError(f"pre/post-processing names {name!r}, which is not an input or output of the model")
-    passes = default_pipeline(memory_plan={"scratch": scratch_bytes},
+    passes = default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights={"method": q},
                               **({} if opts.get("fuse", True) else {"fuse_epilogues": False}))
     run_pipeline(module, passes)
     target = resolve_target(opts)
@@ -449,6 +452,7 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     manifest = {
         "format": "cuvil-manifest-1",
         "prefix": name,
+        "quantization": {"method": q, "weight_bytes_fp32": weights_before, "weight_bytes": weight_bytes(module)},
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
         "signature": {"triple": target.triple, "abi_version": abi.ABI_VERSION,
                       "runtime_version": abi.RUNTIME_VERSION, "plugin_abi_version": abi.PLUGIN_ABI_VERSION},
@@ -474,6 +478,9 @@ def signature_ir(prefix: str, triple: str) -> str:
     text = abi.model_signature(prefix, triple).encode("ascii") + b"\0"
     body = "".join(chr(c) if 0x20 <= c < 0x7F and c not in b'"\\' else f"\\{c:02X}" for c in text)
     return f'\n@{prefix}_signature = hidden constant [{len(text)} x i8] c"{body}", align 1\n'
+
+
+IMPLEMENTED_QUANTIZATION = ("none", "fp16")
 
 
 def cached_compile(cvir: Path, opts: dict, cache: Cache) -> Path:
@@ -574,6 +581,9 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
                 raise cfg.error(["inputs", images[0], "preprocess"], str(e)) from None
     cvir = cached_capture(cfg, cache)
     compiled = cached_compile(cvir, opts, cache)
+    q = json.loads(next(compiled.glob("*.json")).read_text()).get("quantization") or {}
+    if q.get("method", "none") != "none":
+        log(f"[compile] weights {q['weight_bytes_fp32']} bytes (fp32) -> {q['weight_bytes']} bytes ({q['method']})")
     artifact = cached_link(compiled, kind, cache, cc, plugin_modules(cfg))
     output = Path(output)
     atomic_copy(artifact, output)

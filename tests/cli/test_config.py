@@ -48,7 +48,7 @@ def test_good_config_loads(tmp_path, root):
     (("    shape: [1, 784]", "    shape: one"), "inputs[0].shape", 8, "not of type 'array'"),
     (("  framework: pytorch", "  framework: caffe"), "model.framework", 2, "caffe"),
     (("outputs:", "target:\n  arch: riscv64-linux-gnu\noutputs:"), "target.arch", 11, "riscv64"),
-    (("outputs:", "quantization:\n  method: int8_sym\noutputs:"), "quantization.method", 11, "only quantization"),
+    (("outputs:", "quantization:\n  method: int8_sym\noutputs:"), "quantization.method", 11, "implemented quantization methods"),
     (("outputs:", "plugin:\n  modules: [a.c]\noutputs:"), "plugin.modules[0]", 11, "file not found"),
     (("outputs:", "optimise:\n  threads: 2\noutputs:"), "optimise", 10, "unknown key"),
     (("  module: examples.models.mlp", "  source: missing_model.py"), "model.source", 3, "file not found"),

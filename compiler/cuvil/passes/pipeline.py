@@ -15,6 +15,7 @@ from .fuse_elementwise import FuseElementwise
 from .fuse_epilogues import FuseEpilogues
 from .infer_shapes import InferShapes
 from .memory_plan import MemoryPlan
+from .quantize_weights import QuantizeWeights
 
 
 def default_pipeline(**options) -> list[Pass]:
@@ -29,6 +30,7 @@ def default_pipeline(**options) -> list[Pass]:
         DeadCodeElimination(),   # drop what the rewrites left unused, old weights included
         FuseEpilogues(),         # bias / residual / activation chains into conv2d and matmul
         FuseElementwise(),       # every other elementwise chain into cuvil.fused loops
+        QuantizeWeights(),       # conv/matmul weights in a narrower type (quantization option)
         MemoryPlan(),            # arena offsets for all intermediates (liveness, aliases, in place)
     ]
     by_key = {p.name.replace("-", "_"): p for p in passes}

@@ -26,6 +26,24 @@ def _splat(b, x, vty):
     return b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
 
 
+def _is_half(ptr) -> bool:
+    return isinstance(ptr.type.pointee, ir.HalfType)
+
+
+def _ld(b, ptr, index):
+    """A scalar operand load; fp16 weights are widened to f32."""
+    v = b.load(b.gep(ptr, [index], inbounds=True))
+    return b.fpext(v, ir.FloatType()) if _is_half(ptr) else v
+
+
+def _ld_vec(b, ptr, index, vty):
+    """A vector of vty.count operand values starting at index (fp16 widened)."""
+    if _is_half(ptr):
+        hty = ir.VectorType(ir.HalfType(), vty.count)
+        return b.fpext(b.load(_vec_ptr(b, ptr, index, hty), align=2), vty)
+    return b.load(_vec_ptr(b, ptr, index, vty), align=4)
+
+
 def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety, c_j0=None,
           valid=None):
     """One mr x (nv*vw) tile at rows starting a_row0/c_row0 (i64 element offsets) and
@@ -39,9 +57,9 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
             b.store(zero, a)
     with for_range(b, K, name="k") as k:
         brow = b.add(b.add(b_off, b.mul(k, i64(ldb))), j0)
-        bv = [b.load(_vec_ptr(b, B, b.add(brow, i64(v * vw)), vty), align=4) for v in range(nv)]
+        bv = [_ld_vec(b, B, b.add(brow, i64(v * vw)), vty) for v in range(nv)]
         for r in range(mr):
-            av = _splat(b, b.load(b.gep(A, [b.add(b.add(a_row0, i64(r * lda)), k)], inbounds=True)), vty)
+            av = _splat(b, _ld(b, A, b.add(b.add(a_row0, i64(r * lda)), k)), vty)
             for v in range(nv):
                 acc = accs[r][v]
                 b.store(b.fadd(b.load(acc), b.fmul(av, bv[v], flags=CONTRACT), flags=CONTRACT), acc)
@@ -68,8 +86,8 @@ def _scalar_cols(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, ncols, K,
             b.store(ir.Constant(ety, 0.0), acc)
             arow = b.add(a_row0, i64(r * lda))
             with for_range(b, K, name="kt") as k:
-                a = b.load(b.gep(A, [b.add(arow, k)], inbounds=True))
-                bb = b.load(b.gep(B, [b.add(b.add(b_off, b.mul(k, i64(ldb))), j)], inbounds=True))
+                a = _ld(b, A, b.add(arow, k))
+                bb = _ld(b, B, b.add(b.add(b_off, b.mul(k, i64(ldb))), j))
                 b.store(b.fadd(b.load(acc), b.fmul(a, bb, flags=CONTRACT), flags=CONTRACT), acc)
             b.store(b.load(acc), b.gep(C, [b.add(b.add(c_row0, i64(r * ldc)), j)], inbounds=True))
 

@@ -417,7 +417,7 @@ def k_conv2d_direct(b, k: KernelArgs):
             xplane = b.mul(b.add(b.mul(ni, i64(c)), ch), i64(h * w))
             wbase = b.mul(b.add(b.mul(o, i64(icg)), icx), i64(kh * kw))
             if pointwise:
-                wv = load(b, W, wbase, dt)
+                wv = load(b, W, wbase, wt.dtype)
                 with for_range(b, oh * ow, name="p") as p:
                     idx = b.add(plane, p)
                     acc = b.fadd(load(b, O, idx, dt), b.fmul(wv, load(b, X, b.add(xplane, p), dt),
@@ -430,7 +430,7 @@ def k_conv2d_direct(b, k: KernelArgs):
                     with for_range(b, kw, name="kx") as kx:
                         toff_w = b.sub(b.mul(kx, i64(dw)), i64(pl))
                         ow_lo, ow_hi = _range_for_tap(b, toff_w, sw, w, ow)
-                        wv = load(b, W, b.add(wbase, b.add(b.mul(ky, i64(kw)), kx)), dt)
+                        wv = load(b, W, b.add(wbase, b.add(b.mul(ky, i64(kw)), kx)), wt.dtype)
                         with for_range(b, oh_hi, start=oh_lo, name="y") as y:
                             iy = b.add(b.mul(y, i64(sh)), toff_h)
                             orow = b.add(plane, b.mul(y, i64(ow)))

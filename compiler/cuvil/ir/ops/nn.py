@@ -50,8 +50,9 @@ class MatMul(Op):
         a, b = types[:2]
         if a.rank < 2 or b.rank < 2:
             raise VerifyError(f"cuvil.matmul needs rank >= 2 operands, got {a} and {b}")
-        if a.dtype != b.dtype or a.dtype not in FLOAT_DTYPES:
-            raise VerifyError(f"cuvil.matmul needs equal float dtypes, got {a.dtype} and {b.dtype}")
+        # B may be an f16 weight of an f32 product (fp16 quantization): computed in f32.
+        if a.dtype not in FLOAT_DTYPES or not (a.dtype == b.dtype or (a.dtype, b.dtype) == ("f32", "f16")):
+            raise VerifyError(f"cuvil.matmul needs equal float dtypes (or f32 x f16 weights), got {a.dtype} and {b.dtype}")
         if a.shape[-1] != b.shape[-2]:
             raise VerifyError(f"cuvil.matmul: contraction dims differ in {a} and {b}")
         batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
