@@ -24,7 +24,7 @@ class JitEngine:
         target = target or host_target()
         if target.triple.split("-")[0] != host_target().triple.split("-")[0]:
             raise BackendError(f"cannot JIT {target.triple} code on this host")
-        tm = make_target_machine(target)
+        tm = make_target_machine(target, jit=True)
         # The deployed object reaches its hidden weights symbol PC-relatively; a JIT'd
         # buffer may be farther than 2 GiB away, so here the symbol gets default
         # visibility (an indirect, GOT-relative reference). Nothing else changes.

@@ -106,8 +106,10 @@ def host_target() -> Target:
     return Target(triple, llvm.get_host_cpu_name(), features)
 
 
-def make_target_machine(target: Target, opt: int = 3) -> llvm.TargetMachine:
+def make_target_machine(target: Target, opt: int = 3, jit: bool = False) -> llvm.TargetMachine:
     """The one place a TargetMachine is made: default code model; PIC for ELF.
+    `jit=True` uses the large code model: MCJIT may place code and data sections more
+    than 2 GiB apart, beyond the reach of the small model's 32-bit relocations.
 
     wasm32 is static: PIC there means emscripten-style dynamic linking, which a
     plain wasm-ld link of a WASI module does not do.
@@ -122,7 +124,7 @@ def make_target_machine(target: Target, opt: int = 3) -> llvm.TargetMachine:
         features=target.features,
         opt=opt,
         reloc="static" if target.is_wasm else "pic",
-        codemodel="default",
+        codemodel="large" if jit else "default",
     )
 
 
