@@ -28,16 +28,11 @@ from typing import Callable
 
 from .config import Config, ConfigError
 from .errors import CuvilError
+from .fsutil import atomic_write  # noqa: F401  (re-exported: cli and tests use build.atomic_write)
 from .runtime import abi
 
 CACHE_FORMAT = "1"
 _PKG = Path(__file__).resolve().parent
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def sha256_file(path: Path) -> str:
@@ -68,21 +63,6 @@ def compiler_hash() -> str:
 
 def runtime_hash() -> str:
     return _tree_hash(_PKG / "runtime", ("*.c", "*.h"))
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def atomic_copy(src: Path, dst: Path) -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ParseError
+from ..fsutil import atomic_write
 from .core import Module
 from .parser import parse_module
 from .printer import print_module
@@ -22,12 +22,6 @@ _ST_DTYPES = {"f32": "F32", "f16": "F16", "f64": "F64", "i64": "I64", "i32": "I3
 _NP = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4", "I8": "i1",
        "U8": "u1", "BOOL": "?"}
 _MAX_HEADER = 100 << 20
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _st_dtype(arr: np.ndarray) -> str:
@@ -50,20 +44,7 @@ def write_bundle(module: Module, path: str | os.PathLike) -> None:
         offset += len(data)
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(head)))
-            f.write(head)
-            for b in blobs:
-                f.write(b)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, [struct.pack("<Q", len(head)), head, *blobs])
 
 
 def read_bundle(path: str | os.PathLike) -> Module:
