@@ -112,6 +112,19 @@ class Cache:
 
 
 # -- capture ----------------------------------------------------------------------------------
+def _forget_foreign_module(name: str, roots: list[Path]) -> None:
+    """A module of this name imported earlier from outside the config's python_path
+    (another project's `model.py`, say) must not stand in for the config's own."""
+    top = name.split(".")[0]
+    mod = sys.modules.get(top)
+    f = getattr(mod, "__file__", None)
+    if mod is None or not f or not roots:
+        return
+    if not any(Path(f).resolve().is_relative_to(r) for r in roots):
+        for key in [k for k in sys.modules if k == top or k.startswith(top + ".")]:
+            del sys.modules[key]
+
+
 def _import_entry(cfg: Config):
     m = cfg.data["model"]
     for p in reversed([cfg.resolve(p) for p in m.get("python_path", [])]):
@@ -126,6 +139,7 @@ def _import_entry(cfg: Config):
             sys.modules[name] = mod
             spec.loader.exec_module(mod)
         else:
+            _forget_foreign_module(m["module"], [cfg.resolve(p).resolve() for p in m.get("python_path", [])])
             mod = importlib.import_module(m["module"])
     except CuvilError:
         raise

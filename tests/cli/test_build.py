@@ -74,11 +74,10 @@ def test_build_runs_and_matches_compile_and_torch(tmp_path):
     cfg_path = project(tmp_path / "p")
     logs = []
     exe = build(load_config(cfg_path), tmp_path / "dist" / "tiny", log=logs.append)
-    sys.path.insert(0, str(tmp_path / "p"))
-    try:
-        import model as user_model  # noqa: PLC0415
-    finally:
-        sys.path.pop(0)
+    import importlib.util  # noqa: PLC0415  (a private name: no sys.modules["model"] left behind)
+    spec = importlib.util.spec_from_file_location("test_build_tiny_model", tmp_path / "p" / "model.py")
+    user_model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(user_model)
     m, (x,) = user_model.cuvil_entry()
     with torch.no_grad():
         ref = m(x).numpy()

@@ -15,7 +15,7 @@ from cuvil.passes import MemoryPlan, check_plan, default_pipeline, run_pipeline
 from tests.passes.helpers import MODELS, assert_close, captured, random_inputs, reference, run_in_arena
 
 ORDER = ["infer-shapes", "canonicalize", "constant-fold", "fold-batch-norm", "dce", "fuse-epilogues",
-         "fuse-elementwise", "memory-plan"]
+         "fuse-elementwise", "quantize-weights", "memory-plan"]
 
 
 def test_default_order_and_pass_form():
