@@ -34,11 +34,17 @@ BAZEL_PACKAGES := bazel-bootstrap bazel-platforms bazel-skylib bazel-rules-java 
 	gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user \
 	clang-14 lld-14 llvm-14 wasi-libc libclang-rt-14-dev-wasm32
 
-.PHONY: all setup system-packages bazel-packages test demo
+# Debian packages for the remote cache and remote execution tests (tests/remote): nginx
+# (the HTTP cache), Bazel's sources (its REAPI worker, compiled by the tests with javac)
+# and a JDK. Debian starts an nginx service on port 80 when it installs nginx; the tests
+# do not use it (`systemctl disable --now nginx` if you do not want it).
+REMOTE_PACKAGES := nginx bazel-bootstrap-source default-jdk-headless
+
+.PHONY: all setup system-packages bazel-packages remote-packages test demo
 
 all: setup demo
 
-setup: system-packages bazel-packages $(STAMP)
+setup: system-packages bazel-packages remote-packages $(STAMP)
 
 # Idempotent: only calls apt-get when one of the packages is not installed.
 system-packages:
@@ -54,6 +60,14 @@ bazel-packages:
 	  echo "not a Debian system: install Bazel, an aarch64-linux-gnu gcc, qemu-user, clang, lld and wasi-libc yourself"; \
 	elif ! dpkg -s $(BAZEL_PACKAGES) >/dev/null 2>&1; then \
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(BAZEL_PACKAGES); \
+	fi
+
+# Idempotent as well: apt-get runs only when one of them is missing.
+remote-packages:
+	@if ! command -v dpkg >/dev/null 2>&1; then \
+	  echo "not a Debian system: install nginx, Bazel's sources (src/tools/remote) and a JDK yourself"; \
+	elif ! dpkg -s $(REMOTE_PACKAGES) >/dev/null 2>&1; then \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(REMOTE_PACKAGES); \
 	fi
 
 $(PY):
