@@ -335,6 +335,14 @@ def build_worker(dest: Path) -> Path:
     return classes
 
 
+def _outermost(paths) -> list[Path]:
+    """The paths (resolved, first kept first) minus those inside another one: a checkout
+    under /tmp is already hidden by /tmp's tmpfs, and mounting over a path inside an
+    empty tmpfs fails ("No such file or directory")."""
+    resolved = list(dict.fromkeys(Path(p).resolve() for p in paths))
+    return [p for p in resolved if not any(q != p and q in p.parents for q in resolved)]
+
+
 def start_worker(directory: Path, classes: Path, port: int | None = None, hide: list[Path] = (),
                  jobs: int = 2, timeout: float = 60.0) -> Server:
     """The REAPI worker on 127.0.0.1:port (gRPC: CAS, action cache, execution), its
@@ -353,7 +361,7 @@ def start_worker(directory: Path, classes: Path, port: int | None = None, hide: 
            "-cp", f"{Path(classes).resolve()}:{BAZEL_SERVER_JAR}", WORKER_MAIN,
            f"--listen_port={port}", f"--work_path={work}", f"--cas_path={cas}", f"--jobs={jobs}",
            "--sandboxing", "--sandboxing_block_network", "--sandboxing_tmpfs_dir=/tmp"]
-    cmd += [f"--sandboxing_tmpfs_dir={Path(p).resolve()}" for p in hide]
+    cmd += [f"--sandboxing_tmpfs_dir={p}" for p in _outermost(["/tmp", *hide])[1:]]
     server = _start("REAPI worker", cmd, port, f"grpc://{LOOPBACK}:{port}", directory / "worker.log", timeout)
     if "Sandboxing requested, but" in _tail(server.log, 200):
         server.stop()
