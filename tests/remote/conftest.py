@@ -117,7 +117,11 @@ class Session:
             hide = [self.checkout, self.clone]
             hide += [d for d in sorted(REPO.iterdir()) if d.is_dir() and not d.is_symlink() and d.name != ".venv"]
             hide += [d for d in (Path.home() / ".cache",) if d.is_dir() and not d.is_symlink()]
-            self._worker = cuvil_remote.start_worker(self.root / "worker", classes, hide=hide)
+            # A checkout under /tmp keeps its .venv (the interpreter's packages) there:
+            # then /tmp stays visible and the checkout's other entries are hidden one by one.
+            under_tmp = REPO.resolve().is_relative_to(Path("/tmp").resolve())
+            self._worker = cuvil_remote.start_worker(self.root / "worker", classes, hide=hide,
+                                                     hide_tmp=not under_tmp)
             self._servers.append(self._worker)
         return self._worker
 

@@ -344,24 +344,26 @@ def _outermost(paths) -> list[Path]:
 
 
 def start_worker(directory: Path, classes: Path, port: int | None = None, hide: list[Path] = (),
-                 jobs: int = 2, timeout: float = 60.0) -> Server:
+                 jobs: int = 2, timeout: float = 60.0, hide_tmp: bool = True) -> Server:
     """The REAPI worker on 127.0.0.1:port (gRPC: CAS, action cache, execution), its
     work and CAS directories in `directory`. Actions run in linux-sandbox: network
     blocked (own namespace), /tmp and every `hide` path an empty tmpfs, the rest of
-    the file system read-only except the action's own directory."""
+    the file system read-only except the action's own directory. `hide_tmp=False`
+    leaves /tmp visible (for a client whose interpreter's packages live under /tmp)."""
     directory = Path(directory).resolve()
     work, cas = directory / "work", directory / "cas"
     work.mkdir(parents=True, exist_ok=True)
     cas.mkdir(parents=True, exist_ok=True)
-    for path in ["/tmp", *hide]:
+    hidden = (["/tmp"] if hide_tmp else []) + list(hide)
+    for path in hidden:
         if directory == Path(path) or Path(path) in directory.parents:
             raise RemoteSetupError(f"the worker's directory {directory} must not be under a hidden path ({path})")
     port = port or free_port()
     cmd = ["java", "-Xmx2g", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
            "-cp", f"{Path(classes).resolve()}:{BAZEL_SERVER_JAR}", WORKER_MAIN,
            f"--listen_port={port}", f"--work_path={work}", f"--cas_path={cas}", f"--jobs={jobs}",
-           "--sandboxing", "--sandboxing_block_network", "--sandboxing_tmpfs_dir=/tmp"]
-    cmd += [f"--sandboxing_tmpfs_dir={p}" for p in _outermost(["/tmp", *hide])[1:]]
+           "--sandboxing", "--sandboxing_block_network"]
+    cmd += [f"--sandboxing_tmpfs_dir={p}" for p in _outermost(hidden)]
     server = _start("REAPI worker", cmd, port, f"grpc://{LOOPBACK}:{port}", directory / "worker.log", timeout)
     if "Sandboxing requested, but" in _tail(server.log, 200):
         server.stop()
