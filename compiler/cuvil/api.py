@@ -80,7 +80,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     from .backend.llvm.kernels import scratch_bytes
     from .backend.llvm.target import compile_to_object, host_target
     from .backend.llvm.weights import weights_object
-    from .build import signature_ir
+    from .build import make_manifest, signature_ir
     from .native import link_artifact
     from .passes.pipeline import default_pipeline, run_pipeline
 
@@ -97,7 +97,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
         from .backend.llvm.jit import JitEngine
         engine = JitEngine(gen, target)
         return _JitModel(engine, gen, ir_module)
-    manifest = manifest_of(gen, target, threads)
+    manifest = make_manifest(gen, target, threads)
     with tempfile.TemporaryDirectory(prefix="cuvil-") as tmp:
         paths = [Path(tmp, f"{prefix}.o"), Path(tmp, f"{prefix}.weights.o")]
         paths[0].write_bytes(compile_to_object(gen.llvm_ir + signature_ir(prefix, target.triple), target))
@@ -105,24 +105,6 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
         so = link_artifact("shared", paths, manifest, None, Path(tmp, f"lib{prefix}.so"))
         lib = ctypes.CDLL(str(so))  # the mapping survives the directory's removal
     return CompiledModel(lib, gen, ir_module, threads)
-
-
-def manifest_of(gen, target, threads: int = 1, preprocess=None, postprocess=None) -> dict:
-    """The compile stage's manifest for generated code (see cuvil.build)."""
-    from .runtime import abi
-    return {
-        "format": "cuvil-manifest-1",
-        "prefix": gen.prefix,
-        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
-        "signature": {"triple": target.triple, "abi_version": abi.ABI_VERSION,
-                      "runtime_version": abi.RUNTIME_VERSION, "plugin_abi_version": abi.PLUGIN_ABI_VERSION},
-        "arena_size": gen.arena_size,
-        "threads": threads,
-        "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.inputs],
-        "outputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.outputs],
-        "preprocess": preprocess or {},
-        "postprocess": postprocess or {},
-    }
 
 
 class CompiledModel:

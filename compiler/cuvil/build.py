@@ -443,27 +443,33 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     if used and not plugins["custom_ops"]:
         raise CuvilError(f"the model calls the custom op(s) {', '.join(used)}: list the plugin module(s) that "
                          "define them in plugin.modules and map the ops in plugin.custom_ops")
-    manifest = {
-        "format": "cuvil-manifest-1",
-        "prefix": name,
-        "quantization": {"method": q, "weight_bytes_fp32": weights_before, "weight_bytes": weight_bytes(module)},
-        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
-        "signature": {"triple": target.triple, "abi_version": abi.ABI_VERSION,
-                      "runtime_version": abi.RUNTIME_VERSION, "plugin_abi_version": abi.PLUGIN_ABI_VERSION},
-        "arena_size": gen.arena_size,
-        "threads": opts["threads"],
-        "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.inputs],
-        "outputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.outputs],
-        "preprocess": opts["preprocess"],
-        "postprocess": opts["postprocess"],
-        "plugins": {"postprocess": plugins["postprocess"], "custom_ops": used},
-    }
+    manifest = make_manifest(gen, target, opts["threads"], opts["preprocess"], opts["postprocess"])
+    manifest["quantization"] = {"method": q, "weight_bytes_fp32": weights_before, "weight_bytes": weight_bytes(module)}
+    manifest["plugins"] = {"postprocess": plugins["postprocess"], "custom_ops": used}
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / f"{name}.o", compile_to_object(gen.llvm_ir + signature_ir(name, target.triple), target))
     atomic_write(out_dir / f"{name}.weights.o", weights_object(f"{name}_weights", gen.weights, target))
     atomic_write(out_dir / f"{name}.h", render_header(manifest))
     atomic_write(out_dir / f"{name}.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def make_manifest(gen, target, threads: int = 1, preprocess=None, postprocess=None) -> dict:
+    """The manifest of generated code: what the header, the link stage and the runtime
+    read (the compile stage adds its quantization and plugin sections)."""
+    return {
+        "format": "cuvil-manifest-1",
+        "prefix": gen.prefix,
+        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
+        "signature": {"triple": target.triple, "abi_version": abi.ABI_VERSION,
+                      "runtime_version": abi.RUNTIME_VERSION, "plugin_abi_version": abi.PLUGIN_ABI_VERSION},
+        "arena_size": gen.arena_size,
+        "threads": threads,
+        "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.inputs],
+        "outputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.outputs],
+        "preprocess": preprocess or {},
+        "postprocess": postprocess or {},
+    }
 
 
 def signature_ir(prefix: str, triple: str) -> str:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_as_own_step
+
 from bazel_helpers import Bazel
 
 HERE = Path(__file__).resolve().parent
@@ -25,25 +27,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "bazel: drives Bazel; run with `pytest tests/bazel`")
 
 
-def _selected_explicitly(config) -> bool:
-    if os.environ.get("CUVIL_BAZEL_TESTS") == "1":
-        return True
-    for arg in config.args:
-        path = Path(arg.split("::", 1)[0]).resolve()
-        if path == HERE or HERE in path.parents:
-            return True
-    return False
-
-
 def pytest_collection_modifyitems(config, items):
-    explicit = _selected_explicitly(config)
-    skip = pytest.mark.skip(reason="Bazel tests run as their own step: pytest tests/bazel")
-    for item in items:
-        path = Path(str(item.fspath)).resolve()
-        if HERE in path.parents:
-            item.add_marker(pytest.mark.bazel)
-            if not explicit:
-                item.add_marker(skip)
+    run_as_own_step(config, items, HERE, "CUVIL_BAZEL_TESTS", "bazel", "Bazel tests run as their own step: pytest tests/bazel")
 
 
 @pytest.fixture(scope="session")

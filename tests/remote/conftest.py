@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_as_own_step
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "tools" / "remote"))
 
@@ -47,25 +49,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "remote: starts nginx and a REAPI worker; run with `pytest tests/remote`")
 
 
-def _selected_explicitly(config) -> bool:
-    if os.environ.get("CUVIL_REMOTE_TESTS") == "1":
-        return True
-    for arg in config.args:
-        path = Path(arg.split("::", 1)[0]).resolve()
-        if path == HERE or HERE in path.parents:
-            return True
-    return False
-
-
 def pytest_collection_modifyitems(config, items):
-    explicit = _selected_explicitly(config)
-    skip = pytest.mark.skip(reason="remote cache/execution tests run as their own step: pytest tests/remote")
-    for item in items:
-        path = Path(str(item.fspath)).resolve()
-        if HERE in path.parents:
-            item.add_marker(pytest.mark.remote)
-            if not explicit:
-                item.add_marker(skip)
+    run_as_own_step(config, items, HERE, "CUVIL_REMOTE_TESTS", "remote", "remote cache/execution tests run as their own step: pytest tests/remote")
 
 
 class Session:

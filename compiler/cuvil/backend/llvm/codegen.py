@@ -254,11 +254,6 @@ class _Codegen:
                          kernels=len(self.kernels), profile_ops=self.profile_ops)
 
 
-def vector_bits(target) -> int:
-    """The widest float vector the target's features allow (kernels pick tiles from it)."""
-    return target.vector_bits
-
-
 def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128,
              profile: bool = False) -> Generated:
     """LLVM IR text and the weights blob for a planned module."""
