@@ -126,6 +126,11 @@ class CompiledModel:
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         self._destroy = getattr(lib, f"{p}_destroy")
         self._destroy.argtypes = [ctypes.c_void_p]
+        self._set_threads = getattr(lib, f"{p}_set_threads")
+        self._set_threads.restype = ctypes.c_int
+        self._set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        self._prefix = p
+        self._profile_ops = gen.profile_ops
         self._last_error = lib.cuvil_last_error
         self._last_error.restype = ctypes.c_char_p
         create = getattr(lib, f"{p}_create")
@@ -135,8 +140,6 @@ class CompiledModel:
         self._ctx = ctx
         self.threads = 1
         self.set_threads(threads)
-        self._profile_ops = gen.profile_ops
-        self._prefix_name = p
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:
@@ -145,14 +148,8 @@ class CompiledModel:
     def set_threads(self, threads: int) -> None:
         if not isinstance(threads, int) or threads < 1:
             raise CuvilError(f"threads must be a positive integer, got {threads!r}")
-        fn = getattr(self._lib, f"{self._prefix()}_set_threads")
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        self._check(fn(self._ctx, threads), "set_threads")
+        self._check(self._set_threads(self._ctx, threads), "set_threads")
         self.threads = threads
-
-    def _prefix(self) -> str:
-        return self._run.__name__[: -len("_run")]
 
     def _invoke(self, in_ptrs, out_ptrs) -> None:
         self._check(self._run(self._ctx, in_ptrs, out_ptrs), "run")
@@ -162,7 +159,7 @@ class CompiledModel:
         most expensive first. Needs `cuvil.compile(..., profile=True)`."""
         if not self._profile_ops:
             raise CuvilError("compile with profile=True to profile")
-        counters = (ctypes.c_int64 * len(self._profile_ops)).in_dll(self._lib, f"{self._prefix_name}_profile")
+        counters = (ctypes.c_int64 * len(self._profile_ops)).in_dll(self._lib, f"{self._prefix}_profile")
         rows = [(*info, int(c)) for info, c in zip(self._profile_ops, counters)]
         if reset:
             ctypes.memset(counters, 0, ctypes.sizeof(counters))
@@ -208,6 +205,7 @@ class _JitModel(CompiledModel):
         self.threads = 1
         self._arena = _aligned_empty(max(self.arena_size, 64))
         self._forward = engine.forward
+        self._profile_ops = []
 
     def set_threads(self, threads: int) -> None:
         raise CuvilError("the JIT path runs single-threaded")
