@@ -92,14 +92,29 @@ def test_check_plan_rejects_in_place_over_a_live_operand():
         check_plan(module.main)
 
 
-def test_symbolic_shapes_are_an_error():
-    with pytest.raises(CuvilError, match="static shapes.*cuvil.relu"):
+def test_unbounded_symbolic_shapes_are_an_error():
+    with pytest.raises(CuvilError, match="bounds for the symbolic dim.* n: cuvil.relu"):
         apply(MemoryPlan(), """
             func @main(%0: tensor<[n, 4], f32> "x") -> ("y") {
               %1 = cuvil.relu(%0) {} : tensor<[n, 4], f32>
               %2 = cuvil.neg(%1) {} : tensor<[n, 4], f32>
               cuvil.return(%2)
             }""")
+
+
+def test_symbolic_shapes_are_planned_at_their_upper_bounds():
+    m = apply(MemoryPlan(), """
+        func @main(%0: tensor<[n, 4], f32> "x") -> ("y") attributes {dim_bounds = {n = [1, 10]}} {
+          %1 = cuvil.relu(%0) {} : tensor<[n, 4], f32>
+          %2 = cuvil.reshape(%1) {shape = ["4*n"]} : tensor<[4*n], f32>
+          %3 = cuvil.neg(%2) {} : tensor<[4*n], f32>
+          %4 = cuvil.exp(%3) {} : tensor<[4*n], f32>
+          cuvil.return(%4)
+        }""")
+    fn = m.main
+    assert fn.attrs["arena_size"] >= 2 * 10 * 4 * 4  # relu's and neg's results, both at n = 10
+    assert fn.attrs["intermediate_bytes"] == 2 * 10 * 4 * 4
+    check_plan(fn)
 
 
 # -- random programs ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import CuvilError
+from . import symdim
 from .core import Function, Module, Op
 
 
@@ -14,27 +15,53 @@ from .core import Function, Module, Op
 PLAN_ATTRS = frozenset({"arena_offset", "alias", "scratch_offset", "scratch_bytes"})
 
 
-def evaluate_op(op: Op, args: list[np.ndarray]) -> list[np.ndarray]:
+def evaluate_op(op: Op, args: list[np.ndarray], dims: dict[str, int] | None = None) -> list[np.ndarray]:
+    """Run one op's reference; `dims` binds the symbolic dims of its types and attributes."""
     if op.name == "cuvil.constant":
         return [op.value]
     attrs = {k: v for k, v in op.attrs.items() if k not in PLAN_ATTRS}
+    for key in type(op).dim_attrs:
+        if key in attrs and any(isinstance(d, str) for d in attrs[key]):
+            attrs[key] = symdim.substitute(attrs[key], dims or {})
     outs = type(op).reference(args, attrs)
-    return [np.asarray(o, dtype=r.type.np_dtype).reshape(r.type.shape) for o, r in zip(outs, op.results)]
+    return [np.asarray(o, dtype=r.type.np_dtype).reshape(symdim.substitute(r.type.shape, dims or {}))
+            for o, r in zip(outs, op.results)]
+
+
+def bind_dims(fn: Function, inputs: Sequence[np.ndarray]) -> dict[str, int]:
+    """Symbol values from the inputs' shapes (a symbol must be a whole dim of an input);
+    checks static dims, agreement between inputs and the function's bounds."""
+    env: dict[str, int] = {}
+    bounds = fn.attrs.get("dim_bounds") or {}
+    for a, x, name in zip(fn.args, inputs, fn.input_names):
+        shape = np.shape(x)
+        if len(shape) != a.type.rank:
+            raise CuvilError(f"input {name!r}: expected shape {list(a.type.shape)}, got {list(shape)}")
+        for i, (d, n) in enumerate(zip(a.type.shape, shape)):
+            if isinstance(d, int):
+                if d != n:
+                    raise CuvilError(f"input {name!r}: expected shape {list(a.type.shape)}, got {list(shape)}")
+                continue
+            if d in env and env[d] != n:
+                raise CuvilError(f"input {name!r}: dim {i} ({d}) is {n}, but another input gives {d} = {env[d]}")
+            lo, hi = bounds.get(d, (1, None))
+            if n < lo or (hi is not None and n > hi):
+                raise CuvilError(f"input {name!r}: dim {i} ({d}) = {n} is outside its bounds [{lo}, {hi}]")
+            env[d] = int(n)
+    return env
 
 
 def run_function(fn: Function, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     if len(inputs) != len(fn.args):
         raise CuvilError(f"{fn.name} takes {len(fn.args)} inputs, got {len(inputs)}")
     env: dict[int, np.ndarray] = {}
+    dims = bind_dims(fn, inputs)
     for a, x, name in zip(fn.args, inputs, fn.input_names):
-        x = np.asarray(x)
-        if tuple(x.shape) != a.type.shape and a.type.is_static:
-            raise CuvilError(f"input {name!r}: expected shape {list(a.type.shape)}, got {list(x.shape)}")
-        env[id(a)] = x.astype(a.type.np_dtype, copy=False)
+        env[id(a)] = np.asarray(x).astype(a.type.np_dtype, copy=False)
     for op in fn.body.ops:
         if op.name == "cuvil.return":
             return tuple(env[id(v)] for v in op.operands)
-        outs = evaluate_op(op, [env[id(v)] for v in op.operands])
+        outs = evaluate_op(op, [env[id(v)] for v in op.operands], dims)
         for r, o in zip(op.results, outs):
             env[id(r)] = o
     raise CuvilError(f"function {fn.name} has no return")

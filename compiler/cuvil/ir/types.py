@@ -8,6 +8,7 @@ from math import prod
 import numpy as np
 
 from ..errors import ParseError
+from . import symdim
 
 # Cuvil dtype name -> NumPy dtype.
 DTYPES: dict[str, np.dtype] = {
@@ -23,8 +24,8 @@ DTYPES: dict[str, np.dtype] = {
 FLOAT_DTYPES = frozenset({"f32", "f16", "f64"})
 INT_DTYPES = frozenset({"i64", "i32", "i8", "u8"})
 
+# A dim is an int or the canonical text of a polynomial in named symbols (symdim.py).
 Dim = int | str
-_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def dtype_of(array: np.ndarray) -> str:
@@ -48,15 +49,21 @@ class TensorType:
     layout: str = ""
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) if not isinstance(d, str) else d for d in self.shape))
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}")
+        dims = []
         for d in self.shape:
             if isinstance(d, str):
-                if not _SYMBOL.match(d):
-                    raise ValueError(f"bad symbolic dim {d!r}")
-            elif d < 0:
+                try:
+                    d = symdim.canonical(d)
+                except ParseError:
+                    raise ValueError(f"bad symbolic dim {d!r}") from None
+            else:
+                d = int(d)
+            if isinstance(d, int) and d < 0:
                 raise ValueError(f"negative dim {d}")
+            dims.append(d)
+        object.__setattr__(self, "shape", tuple(dims))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}")
 
     @property
     def rank(self) -> int:
@@ -71,6 +78,25 @@ class TensorType:
         if not self.is_static:
             raise ValueError(f"{self} has symbolic dims")
         return prod(self.shape)
+
+    @property
+    def numel_dim(self) -> "Dim":
+        """The element count as a dim (symbolic when the shape is)."""
+        return symdim.product(self.shape)
+
+    @property
+    def symbols(self) -> set[str]:
+        return set().union(*(symdim.symbols(d) for d in self.shape)) if self.shape else set()
+
+    def bound(self, bounds) -> "TensorType":
+        """This type at the symbols' upper bounds (what memory is planned for)."""
+        if self.is_static:
+            return self
+        return self.with_shape(symdim.upper_bound(d, bounds) for d in self.shape)
+
+    def at(self, env) -> "TensorType":
+        """This type with every symbol bound to its value in `env`."""
+        return self if self.is_static else self.with_shape(symdim.substitute(self.shape, env))
 
     @property
     def itemsize(self) -> int:
@@ -106,7 +132,7 @@ class TensorType:
             raise ParseError(f"bad tensor type {text!r}")
         dims: list[Dim] = []
         for part in filter(None, (p.strip() for p in m.group(1).split(","))):
-            dims.append(int(part) if part.lstrip("-").isdigit() else part)
+            dims.append(int(part) if part.lstrip("-").isdigit() else part.replace(" ", ""))
         try:
             return TensorType(tuple(dims), m.group(2), m.group(3) or "")
         except ValueError as e:

@@ -9,6 +9,8 @@ Contract with the backend (codegen reads these attributes):
   it (no later use, not aliased): it then has that operand's offset;
 - `scratch(op) > 0` reserves bytes live only during op: `attrs["scratch_offset"]`
   (and `attrs["scratch_bytes"]`);
+- symbolic dims are planned at their upper bounds (`fn.attrs["dim_bounds"]`, name ->
+  [lo, hi]): the offsets are fixed, every shape within the bounds fits;
 - `fn.attrs["arena_size"]` is the arena's size (a multiple of ALIGN) and
   `fn.attrs["intermediate_bytes"]` the sum of the sizes of all tensors placed in it
   (what one buffer per tensor would need), for reports.
@@ -46,10 +48,14 @@ class Buffer:
         return self.start <= other.end and other.start <= self.end
 
 
-def _nbytes(v: Value, op: Op) -> int:
+def _nbytes(v: Value, op: Op, bounds: dict) -> int:
+    """Bytes of a value; a symbolic shape is sized for the symbols' upper bounds."""
     if not v.type.is_static:
-        raise CuvilError(f"memory planning needs static shapes: {op.name}{' (' + op.loc + ')' if op.loc else ''} "
-                         f"yields {v.type}")
+        missing = sorted(v.type.symbols - set(bounds))
+        if missing:
+            raise CuvilError(f"memory planning needs bounds for the symbolic dim(s) {', '.join(missing)}: "
+                             f"{op.name}{' (' + op.loc + ')' if op.loc else ''} yields {v.type}")
+        return v.type.bound(bounds).nbytes
     return v.type.nbytes
 
 
@@ -80,6 +86,7 @@ class MemoryPlan:
 
     def plan(self, fn: Function) -> None:
         ops = fn.body.ops
+        bounds = fn.attrs.get("dim_bounds") or {}
         last_use = {}
         for i, op in enumerate(ops):
             for v in op.operands:
@@ -103,7 +110,7 @@ class MemoryPlan:
                 continue
             buf = self._reuse(op, i, home, last_use)
             if buf is None:
-                buf = Buffer(i, i, _align(_nbytes(r, op)))
+                buf = Buffer(i, i, _align(_nbytes(r, op, bounds)))
                 buffers.append(buf)
             elif op.name == "cuvil.reshape":
                 op.attrs["alias"] = True
@@ -118,7 +125,7 @@ class MemoryPlan:
         for op, buf in scratch:
             op.attrs["scratch_offset"], op.attrs["scratch_bytes"] = buf.offset, buf.size
         fn.attrs["arena_size"] = _align(size)
-        fn.attrs["intermediate_bytes"] = sum(v.type.nbytes for buf in buffers for v in buf.values
+        fn.attrs["intermediate_bytes"] = sum(_nbytes(v, v.defining_op, bounds) for buf in buffers for v in buf.values
                                              if not v.defining_op.attrs.get("alias"))
 
     def _reuse(self, op: Op, i: int, home: dict, last_use: dict) -> Buffer | None:
@@ -160,6 +167,7 @@ def check_plan(fn: Function) -> None:
     ops = fn.body.ops
     returned = {id(v) for v in fn.outputs}
     size = fn.attrs.get("arena_size", 0)
+    bounds = fn.attrs.get("dim_bounds") or {}
     assert size % ALIGN == 0, f"arena_size {size} is not a multiple of {ALIGN}"
     root: dict[int, Value] = {}  # arena value -> the value owning its bytes (itself, or an alias's source)
     spans: dict[int, _Span] = {}  # owner value -> its span
@@ -179,7 +187,8 @@ def check_plan(fn: Function) -> None:
             continue
         assert "arena_offset" in op.attrs, f"{where}: intermediate without an arena_offset"
         off = op.attrs["arena_offset"]
-        assert off % ALIGN == 0 and off + r.type.nbytes <= size, f"{where}: bad offset {off}"
+        nbytes = r.type.bound(bounds).nbytes
+        assert off % ALIGN == 0 and off + nbytes <= size, f"{where}: bad offset {off}"
         if op.attrs.get("alias"):
             src = op.operands[0]
             assert op.name == "cuvil.reshape" and id(src) in root and \
@@ -187,7 +196,7 @@ def check_plan(fn: Function) -> None:
             root[id(r)] = root[id(src)]
             continue
         root[id(r)] = r
-        spans[id(r)] = _Span(i, i, off, off + r.type.nbytes, r, i)
+        spans[id(r)] = _Span(i, i, off, off + nbytes, r, i)
     every = list(spans.values()) + scratch
     for n, a in enumerate(every):
         for b in every[n + 1:]:

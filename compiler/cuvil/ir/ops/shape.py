@@ -8,6 +8,7 @@ import numpy as np
 
 from ...errors import VerifyError
 from ..core import Op
+from .. import symdim
 from ..types import TensorType, broadcast_shapes
 
 
@@ -57,9 +58,16 @@ class Reshape(Op):
     @classmethod
     def infer_types(cls, types, attrs):
         x, shape = types[0], tuple(attrs["shape"])
-        if x.is_static and all(isinstance(d, int) for d in shape) and prod(shape) != x.numel:
-            raise VerifyError(f"cuvil.reshape: {x} has {x.numel} elements, shape {list(shape)} has {prod(shape)}")
+        try:
+            want = symdim.product(shape)
+        except Exception:
+            raise VerifyError(f"cuvil.reshape: bad shape {list(shape)}") from None
+        if want != x.numel_dim:
+            raise VerifyError(f"cuvil.reshape: {x} has {x.numel_dim} elements, shape {list(shape)} has {want}")
         return [TensorType(shape, x.dtype)]
+
+    # Attributes holding dims (symbolic ones are evaluated before `reference` runs).
+    dim_attrs = ("shape",)
 
     @classmethod
     def reference(cls, args, attrs):
@@ -96,6 +104,8 @@ class BroadcastTo(Op):
             raise VerifyError(f"cuvil.broadcast_to: {x} does not broadcast to {list(shape)}") from None
         return [TensorType(shape, x.dtype)]
 
+    dim_attrs = ("shape",)
+
     @classmethod
     def reference(cls, args, attrs):
         return [np.broadcast_to(args[0], attrs["shape"]).copy()]
@@ -117,7 +127,7 @@ class Concat(Op):
             if t.rank != first.rank or t.dtype != first.dtype or any(
                     a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != ax):
                 raise VerifyError(f"cuvil.concat: {t} does not match {first} off axis {ax}")
-            total += t.shape[ax]
+            total = symdim.add(total, t.shape[ax])
         shape = list(first.shape)
         shape[ax] = total
         return [TensorType(tuple(shape), first.dtype)]
@@ -141,10 +151,19 @@ class Slice(Op):
             raise VerifyError(f"cuvil.slice: starts/ends/steps must each have {x.rank} entries")
         shape = []
         for d, s, e, k in zip(x.shape, st, en, sp):
-            if not (0 <= s <= e <= d and k >= 1):
-                raise VerifyError(f"cuvil.slice: bad range {s}:{e}:{k} for dim {d}")
-            shape.append(max(0, -(-(e - s) // k)))
+            if isinstance(s, int) and isinstance(e, int) and isinstance(d, int):
+                if not (0 <= s <= e <= d and k >= 1):
+                    raise VerifyError(f"cuvil.slice: bad range {s}:{e}:{k} for dim {d}")
+                shape.append(max(0, -(-(e - s) // k)))
+            elif k == 1 and isinstance(s, int) and s >= 0 and (e == d or isinstance(d, int)):
+                # A symbolic end: [s, e) of the dim (the backend checks e <= d at the bounds).
+                shape.append(symdim.sub(e, s))
+            else:
+                raise VerifyError(f"cuvil.slice: range {s}:{e}:{k} of dim {d} is not supported "
+                                  "with symbolic dims (steps of 1 and a constant start only)")
         return [TensorType(tuple(shape), x.dtype)]
+
+    dim_attrs = ("starts", "ends")
 
     @classmethod
     def reference(cls, args, attrs):
@@ -163,7 +182,7 @@ class Pad(Op):
         x, pads = types[0], attrs["pads"]
         if len(pads) != x.rank or any(lo < 0 or hi < 0 for lo, hi in pads):
             raise VerifyError(f"cuvil.pad: pads {pads} must be {x.rank} non-negative [lo, hi] pairs")
-        return [TensorType(tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pads)), x.dtype)]
+        return [TensorType(tuple(symdim.add(d, lo + hi) for d, (lo, hi) in zip(x.shape, pads)), x.dtype)]
 
     @classmethod
     def reference(cls, args, attrs):
