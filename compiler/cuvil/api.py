@@ -33,7 +33,13 @@ def load_ir(path: str | os.PathLike) -> Module:
     return read_bundle(path)
 
 
-def _to_ir(module, example_inputs) -> Module:
+def _to_ir(module, example_inputs, dynamic_shapes=None, dim_bounds=None) -> Module:
+    if dynamic_shapes is not None or dim_bounds:
+        if dynamic_shapes is None or not dim_bounds:
+            raise CuvilError("symbolic dims need both dynamic_shapes (the dim names per input) and "
+                             "dim_bounds ({name: (min, max)})")
+        if isinstance(module, Module) or not _is_torch(module):
+            raise CuvilError("dynamic_shapes is supported for PyTorch models (capture with torch.export)")
     if isinstance(module, Module):
         return module
     if isinstance(module, (str, os.PathLike)) and str(module).endswith(".cvir"):
@@ -52,9 +58,20 @@ def _to_ir(module, example_inputs) -> Module:
         from .frontends.torch import capture_torch
         if not isinstance(module, torch.nn.Module):
             module = _FunctionModule(module)
-        return capture_torch(module, example_inputs)
+        return capture_torch(module, example_inputs, dynamic_shapes=dynamic_shapes, dim_bounds=dim_bounds)
     raise CuvilError(f"cannot compile a {type(module).__name__}: pass a torch.nn.Module, a Keras model "
                      "or tf.function, an ONNX model or .onnx path, a cuvil.ir.Module or a .cvir path")
+
+
+def _is_torch(module) -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    from .frontends.onnx import is_onnx_model
+    from .frontends.tf import is_tensorflow_model
+    return not is_onnx_model(module) and not is_tensorflow_model(module) and \
+        (isinstance(module, torch.nn.Module) or callable(module))
 
 
 def _FunctionModule(fn):
@@ -68,14 +85,21 @@ def _FunctionModule(fn):
 
 def compile(module, example_inputs: Sequence = (), *, quantization: str = "none", threads: int = 1,
             target=None, prefix: str = "cuvil_model", jit: bool = False,
-            profile: bool = False) -> "CompiledModel":
+            profile: bool = False, dynamic_shapes: Sequence | None = None,
+            dim_bounds: dict | None = None) -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it.
 
     The object is linked with the C runtime into a shared library exactly as
     `cuvil link --kind shared` does, and called through the generated C API
     (`<prefix>_create` / `_run` / `_set_threads`). With `jit=True` the same LLVM IR is
     JIT-compiled in-process instead (for tests; runs serially). With `profile=True`
-    every kernel call is timed (cycle counter); `CompiledModel.profile()` reports it."""
+    every kernel call is timed (cycle counter); `CompiledModel.profile()` reports it.
+
+    Symbolic dims (PyTorch models): `dynamic_shapes` names the dims per input
+    (`[("batch", "seq_len"), ("batch", "seq_len")]`; ints or None for static dims, None
+    for a static input) and `dim_bounds` bounds each name (`{"batch": (1, 32)}`). The
+    compiled model then takes any shape within the bounds; its arena is sized for the
+    upper bounds."""
     from .backend.llvm.codegen import generate
     from .backend.llvm.kernels import scratch_bytes
     from .backend.llvm.target import compile_to_object, host_target
@@ -88,7 +112,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
         raise CuvilError(f"quantization {quantization!r} is not supported (supported: {', '.join(QUANTIZATION_MODES)})")
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
-    ir_module = _to_ir(module, example_inputs)
+    ir_module = _to_ir(module, example_inputs, dynamic_shapes, dim_bounds)
     run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes},
                                              quantize_weights={"method": quantization}))
     target = target or host_target()
@@ -121,6 +145,12 @@ class CompiledModel:
         self.arena_size = gen.arena_size
         self.kernel_count = gen.kernels
         self.ir = ir_module
+        self.symbols = [name for name, _, _ in gen.symbols]
+        self.bounds = {name: (lo, hi) for name, lo, hi in gen.symbols}
+        if self.symbols:
+            self._set_input_shape = getattr(lib, f"{p}_set_input_shape")
+            self._set_input_shape.restype = ctypes.c_int
+            self._set_input_shape.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         self._run = getattr(lib, f"{p}_run")
         self._run.restype = ctypes.c_int
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -151,7 +181,11 @@ class CompiledModel:
         self._check(self._set_threads(self._ctx, threads), "set_threads")
         self.threads = threads
 
-    def _invoke(self, in_ptrs, out_ptrs) -> None:
+    def _invoke(self, in_ptrs, out_ptrs, ins, env) -> None:
+        if self.symbols:  # tell the runtime this run's input shapes first
+            for i, a in enumerate(ins):
+                dims = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
+                self._check(self._set_input_shape(self._ctx, i, dims, a.ndim), "set_input_shape")
         self._check(self._run(self._ctx, in_ptrs, out_ptrs), "run")
 
     def profile(self, reset: bool = True) -> list[tuple[str, str, str, int]]:
@@ -165,16 +199,29 @@ class CompiledModel:
             ctypes.memset(counters, 0, ctypes.sizeof(counters))
         return sorted(rows, key=lambda r: -r[3])
 
-    def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
+    def _bind(self, arrays) -> tuple[list[np.ndarray], dict[str, int]]:
+        """The inputs as contiguous arrays of the model's dtypes, and the values of the
+        symbolic dims their shapes give (checked against the bounds)."""
         if len(arrays) != len(self.inputs):
             raise CuvilError(f"model takes {len(self.inputs)} inputs "
                              f"({', '.join(n for n, _ in self.inputs)}), got {len(arrays)}")
-        ins = []
+        ins, env = [], {}
         for (name, t), a in zip(self.inputs, arrays):
             if hasattr(a, "detach"):  # a torch tensor
                 a = a.detach().cpu().numpy()
             a = np.asarray(a)
-            if tuple(a.shape) != t.shape:
+            ok = a.ndim == t.rank
+            for d, n in zip(t.shape, a.shape) if ok else ():
+                if isinstance(d, int):
+                    ok = ok and d == n
+                elif env.setdefault(d, n) != n:
+                    raise CuvilError(f"input {name!r}: {d} is {n} here but {env[d]} in an earlier input")
+                else:
+                    lo, hi = self.bounds[d]
+                    if not lo <= n <= hi:
+                        raise CuvilError(f"input {name!r}: {d} = {n} is outside its bounds [{lo}, {hi}] "
+                                         f"(shape {list(a.shape)}, declared {list(t.shape)})")
+            if not ok:
                 raise CuvilError(f"input {name!r}: expected shape {list(t.shape)}, got {list(a.shape)}")
             if a.dtype != t.np_dtype:
                 if np.can_cast(a.dtype, t.np_dtype, casting="same_kind"):
@@ -182,10 +229,14 @@ class CompiledModel:
                 else:
                     raise CuvilError(f"input {name!r}: expected dtype {t.dtype}, got {a.dtype}")
             ins.append(np.ascontiguousarray(a))
-        outs = [np.empty(t.shape, t.np_dtype) for _, t in self.outputs]
+        return ins, env
+
+    def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
+        ins, env = self._bind(arrays)
+        outs = [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        self._invoke(in_ptrs, out_ptrs)
+        self._invoke(in_ptrs, out_ptrs, ins, env)
         return tuple(outs)
 
     def __del__(self):
@@ -202,6 +253,8 @@ class _JitModel(CompiledModel):
         self._lib = engine
         self.inputs, self.outputs = gen.inputs, gen.outputs
         self.arena_size, self.kernel_count, self.ir = gen.arena_size, gen.kernels, ir_module
+        self.symbols = [name for name, _, _ in gen.symbols]
+        self.bounds = {name: (lo, hi) for name, lo, hi in gen.symbols}
         self.threads = 1
         self._arena = _aligned_empty(max(self.arena_size, 64))
         self._forward = engine.forward
@@ -210,8 +263,12 @@ class _JitModel(CompiledModel):
     def set_threads(self, threads: int) -> None:
         raise CuvilError("the JIT path runs single-threaded")
 
-    def _invoke(self, in_ptrs, out_ptrs) -> None:
-        self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
+    def _invoke(self, in_ptrs, out_ptrs, ins, env) -> None:
+        if self.symbols:
+            dims = (ctypes.c_int64 * len(self.symbols))(*[env[s] for s in self.symbols])
+            self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data, dims)
+        else:
+            self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
 
     def __del__(self):
         pass

@@ -65,6 +65,7 @@ class Lowering:
         self.b = Builder(fn.body)
         self.env: dict[Any, Any] = {}
         self.node = None
+        self.symbols: dict[str, str] = {}  # torch's symbol (s0) -> the user's dim name (batch)
         self._names: set[str] = set()
         self._n = 0
 
@@ -88,13 +89,17 @@ class Lowering:
 
     def meta_type(self, node=None) -> TensorType:
         v = self.meta(node)
-        return TensorType(tuple(int(d) for d in v.shape), cuvil_dtype(v.dtype))
+        return TensorType(tuple(self.dim(d) for d in v.shape), cuvil_dtype(v.dtype))
+
+    def dim(self, d):
+        """An int, or a symbolic dim (torch SymInt) in Cuvil's names (see `symbols`)."""
+        return dim_of(d, self.symbols)
 
     def cast(self, v: Value, dtype: str) -> Value:
         return v if v.dtype == dtype else self.op("cuvil.cast", v, dtype=dtype)
 
     def reshape(self, v: Value, shape) -> Value:
-        shape = [int(d) for d in shape]
+        shape = [self.dim(d) if not isinstance(d, str) else d for d in shape]
         return v if list(v.shape) == shape else self.op("cuvil.reshape", v, shape=shape)
 
     def value(self, arg):
@@ -107,6 +112,61 @@ class Lowering:
         if isinstance(arg, (list, tuple)):
             return type(arg)(self.value(a) for a in arg)
         return arg
+
+
+_TORCH_SYMBOL = re.compile(r"\b[su]\d+\b")
+
+
+def dim_of(d, symbols: dict[str, str]):
+    """A torch dim (int or SymInt) as a Cuvil dim: an int, or the canonical text of a
+    polynomial in the user's dim names."""
+    from ..ir import symdim
+    if isinstance(d, int):
+        return d
+    expr = getattr(getattr(d, "node", None), "expr", None)
+    if expr is None:
+        return int(d)
+    if getattr(expr, "is_number", False):
+        return int(expr)
+    text = str(expr)
+    unknown = [s for s in _TORCH_SYMBOL.findall(text) if s not in symbols]
+    if unknown:
+        raise FrontendError(f"the size {text} depends on {unknown[0]}, which is not a dim of any input")
+    named = _TORCH_SYMBOL.sub(lambda m: symbols[m.group(0)], text)
+    try:
+        return symdim.canonical(named)
+    except Exception:
+        raise UnsupportedOpError(f"the symbolic size {named} is not supported (sizes that are sums and "
+                                 "products of input dims are)") from None
+
+
+def _torch_dynamic_shapes(example_inputs, dynamic_shapes, dim_bounds):
+    """torch.export's dynamic_shapes (one {axis: Dim} per input) for Cuvil's per-input dim
+    names, with the bounds of each name."""
+    import torch
+    dims = {}
+    out = []
+    if len(dynamic_shapes) != len(example_inputs):
+        raise FrontendError(f"dynamic_shapes names the dims of {len(dynamic_shapes)} inputs, the model has "
+                            f"{len(example_inputs)}")
+    for i, (x, spec) in enumerate(zip(example_inputs, dynamic_shapes)):
+        axes = {}
+        if spec is not None:
+            if len(spec) != x.dim():
+                raise FrontendError(f"input {i}: dynamic_shapes gives {len(spec)} dims, the example has shape "
+                                    f"{list(x.shape)}")
+            for ax, name in enumerate(spec):
+                if not isinstance(name, str):
+                    continue
+                if name not in dim_bounds:
+                    raise FrontendError(f"input {i}: the symbolic dim {name!r} has no bounds (dims: {{{name}: "
+                                        "[min, max]}})")
+                lo, hi = dim_bounds[name]
+                if name not in dims:
+                    dims[name] = torch.export.Dim(name, min=int(lo), max=int(hi))
+                axes[ax] = dims[name]
+        out.append(axes or None)
+    return tuple(out)
 
 
 def bind(node, low: Lowering) -> dict[str, Any]:
@@ -129,8 +189,13 @@ def bind(node, low: Lowering) -> dict[str, Any]:
     return out
 
 
-def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str] | None = None) -> Module:
-    """Export `model` with torch.export at the example inputs' shapes and lower it."""
+def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str] | None = None,
+                  dynamic_shapes: Sequence | None = None, dim_bounds: dict | None = None) -> Module:
+    """Export `model` with torch.export at the example inputs' shapes and lower it.
+
+    `dynamic_shapes` (one entry per input: a list of dims, each an int or a symbol name such
+    as "batch", or None for a static input) and `dim_bounds` ({name: (min, max)}) make dims
+    symbolic: torch.export gets matching `Dim`s and the IR carries the names."""
     import torch
     from . import torch_composite, torch_ops  # noqa: F401  (torch_composite registers handlers)
     from . import torch_hf  # noqa: F401  (registers the Hugging Face Transformers handlers)
@@ -138,9 +203,12 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
     if isinstance(model, torch.nn.Module):
         model = model.eval()
     inputs = tuple(torch.as_tensor(x) if isinstance(x, np.ndarray) else x for x in example_inputs)
+    export_dynamic = None
+    if dynamic_shapes is not None:
+        export_dynamic = _torch_dynamic_shapes(inputs, dynamic_shapes, dict(dim_bounds or {}))
     try:
         with torch.no_grad():
-            ep = torch.export.export(model, inputs)
+            ep = torch.export.export(model, inputs, dynamic_shapes=export_dynamic)
     except Exception as e:  # torch raises many types; the user needs the message
         raise FrontendError(f"torch.export.export failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     sig = ep.graph_signature
@@ -155,13 +223,37 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
     user = [n for n in placeholders if n.name not in params]
     names = list(name_inputs) if name_inputs else [n.name for n in user]
     types = []
-    for n in user:
+    symbols: dict[str, str] = {}
+    for i, n in enumerate(user):
         v = n.meta.get("val")
         if not isinstance(v, torch.Tensor):
             raise FrontendError(f"input {n.name}: only tensor inputs are supported")
-        types.append(TensorType(tuple(int(d) for d in v.shape), cuvil_dtype(v.dtype)))
+        spec = list(dynamic_shapes[i] or []) if dynamic_shapes is not None else []
+        for ax, d in enumerate(v.shape):
+            if not isinstance(d, int) and ax < len(spec) and isinstance(spec[ax], str):
+                symbols.setdefault(str(d.node.expr), spec[ax])
+            elif not isinstance(d, int):  # torch made a dim symbolic that was not asked for
+                raise FrontendError(f"input {names[i] if i < len(names) else n.name}: dim {ax} became symbolic "
+                                    f"({d}) without a name in dynamic_shapes")
+            elif ax < len(spec) and isinstance(spec[ax], str):
+                raise FrontendError(f"input {names[i] if i < len(names) else n.name}: torch.export specialised "
+                                    f"the dim {spec[ax]!r} to {d} (the model only works at that size, or the "
+                                    "example input has size 1 there: give an example of size >= 2)")
+        types.append(TensorType(tuple(dim_of(d, symbols) for d in v.shape), cuvil_dtype(v.dtype)))
     fn = Function("main", names, types)
+    if symbols:
+        bounds = {}
+        ranges = {str(k): v for k, v in ep.range_constraints.items()}
+        for sym, name in symbols.items():
+            r = ranges.get(sym)
+            lo, hi = dim_bounds[name]
+            if r is not None:  # torch may narrow the range the user gave
+                lo = max(int(lo), int(r.lower))
+                hi = min(int(hi), int(r.upper)) if str(r.upper) not in ("oo", "int_oo") else int(hi)
+            bounds[name] = [int(lo), int(hi)]
+        fn.attrs["dim_bounds"] = bounds
     low = Lowering(fn)
+    low.symbols = symbols
     for n, arg in zip(user, fn.args):
         low.env[n] = arg
     for n in placeholders:
@@ -172,6 +264,11 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
         if node.op != "call_function":
             continue
         low.node = node
+        if not isinstance(node.meta.get("val"), (torch.Tensor, list, tuple, type(None))) and \
+                type(node.meta.get("val")).__name__ in ("SymInt", "int"):
+            # A size computation (sym_size, products of sizes): its value is the dim torch recorded.
+            low.env[node] = low.dim(node.meta["val"])
+            continue
         loc, where = source_of(node)
         low.b.loc = loc
         key = op_key(node.target)

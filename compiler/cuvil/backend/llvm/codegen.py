@@ -1,8 +1,11 @@
 """Cuvil IR (after the pipeline, memory-planned) -> one LLVM module.
 
 The module defines `<prefix>_forward(i8** inputs, i8** outputs, i8* arena)`, which calls
-one kernel function per op in program order. Kernels are specialised to static shapes and
-shared between ops with the same signature (ResNet's repeated blocks reuse code). Weights
+one kernel function per op in program order. A module with symbolic dims takes a fourth
+argument, `i64* dims`: the symbols' values for this run (in `Generated.symbols` order),
+passed on to every kernel whose types have symbolic dims (symbolic.py). Kernels are
+specialised to their (possibly symbolic) shapes and shared between ops with the same
+signature (ResNet's repeated blocks reuse code). Weights
 live in a separate blob (`<prefix>_weights`, see weights.py) addressed by offset; scalar
 constants are folded into the kernels that use them.
 """
@@ -17,12 +20,14 @@ from ...errors import BackendError
 from ...ir import Module, Value
 from ...ir.ops import ANCHORS, ELEMENTWISE
 from ...ir.interpreter import PLAN_ATTRS
+from ...ir import symdim
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I8, I64, MEM_TYPES, PTR, i64
 from .custom import emit_custom
 from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
 from .gemm import pack_b
+from .symbolic import FnSizes, KType, Size, SymbolicDecision, body_block, emitting
 from .weights import WEIGHTS_ALIGN, declare_weights
 
 _PLAN_ATTRS = PLAN_ATTRS
@@ -38,6 +43,8 @@ class Generated:
     outputs: list[tuple[str, TensorType]]
     kernels: int = 0
     stats: dict = field(default_factory=dict)
+    # Symbolic dims: (name, lo, hi) in the order of forward's `dims` argument.
+    symbols: list = field(default_factory=list)
     # With profiling: one (op name, source location, result type) per timed kernel call;
     # the object then exports `<prefix>_profile`, an i64 cycle counter per call.
     profile_ops: list = field(default_factory=list)
@@ -72,6 +79,8 @@ class _Codegen:
         self.kernels: dict[str, ir.Function] = {}
         self.weight_offsets: dict[int, int] = {}
         self.blob = bytearray()
+        self.bounds = {k: tuple(v) for k, v in (self.fn.attrs.get("dim_bounds") or {}).items()}
+        self.symbols = symbol_order(module, self.bounds)
 
     def _packs_b(self, op) -> bool:
         """A matmul whose B is a constant 2-D f32 matrix: B is stored packed in panels."""
@@ -118,26 +127,39 @@ class _Codegen:
             emitter = EMITTERS["cuvil.fused"]
         if emitter is None:
             raise BackendError(f"no kernel for {op.name}" + (f" ({op.loc})" if op.loc else ""))
+        symbolic = op_is_symbolic(op)
         n_args = 2 + len(op.operands)  # result, operands, scratch
-        f = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), [PTR] * n_args),
+        params = [PTR] * n_args + ([I64.as_pointer()] if symbolic else [])
+        f = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), params),
                         name=f"{self.prefix}_k{len(self.kernels)}_{op.name.split('.')[1]}")
         f.linkage = "internal"
         f.attributes.add("noinline")
         f.attributes.add("nounwind")
-        for a in f.args:
+        for a in f.args[:n_args]:
             if not aliased:
                 a.add_attribute("noalias")
         b = ir.IRBuilder(f.append_basic_block("entry"))
-        typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer())
-                 for a, t in zip(f.args[:-1], [op.result.type] + [v.type for v in op.operands])]
-        args = KernelArgs(out=typed[0], out_type=op.result.type,
+        if symbolic:
+            body_block(b)
+        dims = f.args[n_args] if symbolic else None
+        types = [KType.of(t, self.bounds) for t in [op.result.type] + [v.type for v in op.operands]]
+        typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer()) for a, t in zip(f.args[:n_args - 1], types)]
+        if symbolic:  # symbolic dim attributes (reshape's shape, slice's ends) as runtime sizes
+            attrs = {k: ([Size.of(d, self.bounds) for d in v] if k in type(op).dim_attrs else v)
+                     for k, v in attrs.items()}
+        args = KernelArgs(out=typed[0], out_type=types[0],
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
-                          in_types=[v.type for v in op.operands], attrs=dict(attrs), consts=consts,
-                          vw=self.vw, scratch=f.args[-1], packed_b=packed)
+                          in_types=types[1:], attrs=dict(attrs), consts=consts,
+                          vw=self.vw, scratch=f.args[n_args - 1], packed_b=packed, dims=dims,
+                          symbols=self.symbols)
         try:
-            emitter(b, args)
+            with emitting(FnSizes(f, dims, self.symbols)):
+                emitter(b, args)
         except BackendError:
             raise
+        except SymbolicDecision as e:
+            raise BackendError(f"{op.name}" + (f" ({op.loc})" if op.loc else "") + " does not support these "
+                               f"symbolic shapes yet ({e}); give static shapes or other bounds") from e
         except Exception as e:
             raise BackendError(f"code generation failed for {op.name}"
                                + (f" ({op.loc})" if op.loc else "") + f": {type(e).__name__}: {e}") from e
@@ -180,11 +202,26 @@ class _Codegen:
         fn = self.fn
         self.layout_weights()
         wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
-        entry = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), [PTR.as_pointer(), PTR.as_pointer(), PTR]),
-                            name=f"{self.prefix}_forward")
+        params = [PTR.as_pointer(), PTR.as_pointer(), PTR] + ([I64.as_pointer()] if self.symbols else [])
+        entry = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), params), name=f"{self.prefix}_forward")
         entry.attributes.add("nounwind")
         b = ir.IRBuilder(entry.append_basic_block("entry"))
-        inputs, outputs, arena = entry.args
+        inputs, outputs, arena = entry.args[:3]
+        dims = entry.args[3] if self.symbols else None
+        if dims is not None:
+            body_block(b)
+        with emitting(FnSizes(entry, dims, self.symbols)):
+            self._forward_body(b, fn, wsym, inputs, outputs, arena, dims)
+        self.serial_parallel_for()
+        outs = fn.outputs
+        return Generated(llvm_ir=str(self.mod), weights=bytes(self.blob), prefix=self.prefix,
+                         arena_size=int(fn.attrs.get("arena_size", 0)),
+                         inputs=list(zip(fn.input_names, [a.type for a in fn.args])),
+                         outputs=list(zip(fn.output_names, [v.type for v in outs])),
+                         kernels=len(self.kernels), profile_ops=self.profile_ops,
+                         symbols=[(name, *self.bounds[name]) for name in self.symbols])
+
+    def _forward_body(self, b, fn, wsym, inputs, outputs, arena, dims):
         wbase = b.bitcast(wsym, PTR)
         loc: dict[int, ir.Value] = {}
         for i, a in enumerate(fn.args):
@@ -234,6 +271,8 @@ class _Codegen:
             scratch = (b.gep(arena, [i64(op.attrs["scratch_offset"])], inbounds=True)
                        if "scratch_offset" in op.attrs else ir.Constant(PTR, None))
             args = [p if p is not None else ir.Constant(PTR, None) for p in ptrs] + [scratch]
+            if op_is_symbolic(op):
+                args.append(dims)
             if self.profile:
                 self.timed_call(b, kern, args, op)
             else:
@@ -242,24 +281,45 @@ class _Codegen:
         for j, v in enumerate(outs):
             if direct.get(id(v)) == j:
                 continue
-            n = v.type.nbytes
+            n = KType.of(v.type, self.bounds).nbytes
             memcpy = self.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
             b.call(memcpy, [out_ptrs[j], where(v), i64(n), ir.Constant(ir.IntType(1), 0)])
         b.ret_void()
-        self.serial_parallel_for()
-        return Generated(llvm_ir=str(self.mod), weights=bytes(self.blob), prefix=self.prefix,
-                         arena_size=int(fn.attrs.get("arena_size", 0)),
-                         inputs=list(zip(fn.input_names, [a.type for a in fn.args])),
-                         outputs=list(zip(fn.output_names, [v.type for v in outs])),
-                         kernels=len(self.kernels), profile_ops=self.profile_ops)
+
+
+def op_is_symbolic(op) -> bool:
+    return any(not v.type.is_static for v in [*op.results, *op.operands])
+
+
+def symbol_order(module: Module, bounds: dict) -> dict[str, int]:
+    """The symbolic dims in the order of their first appearance in the inputs' shapes
+    (the order of forward's `dims`). Every input dim must be an int or a plain symbol with
+    bounds, and every symbol of the module must appear in an input."""
+    fn = module.main
+    order: dict[str, int] = {}
+    for a, name in zip(fn.args, fn.input_names):
+        for d in a.type.shape:
+            if isinstance(d, str):
+                if not symdim.parse(d) == {(d,): 1}:
+                    raise BackendError(f"input {name!r} has the dim {d!r}: input dims must be integers or "
+                                       "plain symbols (batch, seq_len)")
+                if d not in bounds:
+                    raise BackendError(f"input {name!r}: the symbolic dim {d!r} has no bounds "
+                                       "(give it [min, max])")
+                order.setdefault(d, len(order))
+    for op in fn.body.ops:
+        for v in op.results:
+            missing = v.type.symbols - set(order)
+            if missing:
+                raise BackendError(f"{op.name}" + (f" ({op.loc})" if op.loc else "") +
+                                   f" yields {v.type}: the symbol(s) {', '.join(sorted(missing))} are not "
+                                   "dims of any input")
+    return order
 
 
 def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128,
              profile: bool = False) -> Generated:
     """LLVM IR text and the weights blob for a planned module."""
-    for a in module.main.args:
-        if not a.type.is_static:
-            raise BackendError(f"input has symbolic dims {a.type}: compile needs static shapes")
     if profile and sum(op.name not in ("cuvil.constant", "cuvil.return") for op in module.main.body.ops) > 4096:
         raise BackendError("profiling supports up to 4096 ops")
     return _Codegen(module, prefix, vector_bits, profile).generate()

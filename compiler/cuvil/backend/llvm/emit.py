@@ -17,6 +17,7 @@ from ...errors import BackendError
 from ...ir.types import FLOAT_DTYPES
 from .loops import for_range
 from .mathlib import get_math
+from .symbolic import Size
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
@@ -29,8 +30,18 @@ FAST = ("contract",)
 REDUCE = ("contract", "reassoc", "nsz")
 
 
-def i64(v: int) -> ir.Constant:
+def i64(v) -> ir.Value:
+    """An i64 of an int, or of a runtime size (symbolic.Size) in the current function."""
+    if isinstance(v, Size):
+        return v.value()
     return ir.Constant(I64, int(v))
+
+
+def fsize(b: ir.IRBuilder, dtype: str, v) -> ir.Value:
+    """A count (an int or a runtime size) as a float of `dtype`."""
+    if isinstance(v, Size):
+        return b.sitofp(v.value(), REG_TYPES[dtype])
+    return fconst(dtype, v)
 
 
 def fconst(dtype: str, v: float) -> ir.Constant:

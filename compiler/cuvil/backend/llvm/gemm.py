@@ -1,4 +1,8 @@
-"""Register-blocked GEMM: C[M, N] = A[M, K] @ B[K, N] for static M, N, K.
+"""Register-blocked GEMM: C[M, N] = A[M, K] @ B[K, N].
+
+M, N and K are ints or runtime sizes (symbolic dims, see symbolic.py): a runtime M
+picks the last, partial row block's height at run time among the MR - 1 variants; a
+runtime N runs its ragged columns one vector, then one column at a time.
 
 The micro-kernel keeps an MR x (NV * VW) block of C in vector registers across the whole
 K loop: each step loads NV vectors of one B row, broadcasts MR values of A, and does
@@ -12,6 +16,7 @@ from llvmlite import ir
 
 from .emit import I64, i64
 from .loops import alloca_in_entry, for_range
+from .symbolic import is_runtime
 
 CONTRACT = ("contract",)
 
@@ -118,10 +123,19 @@ def emit_gemm(b, A, a_off, lda, B, b_off, ldb, C, c_off, ldc, M, N, K, vw, ety, 
         a_row0 = b.add(a_off, b.mul(row0, i64(lda)))
         c_row0 = b.add(c_off, b.mul(row0, i64(ldc)))
         full_cols = N // nr
-        if full_cols:
+        if is_runtime(full_cols) or full_cols:
             with for_range(b, full_cols, name="jb") as jb:
                 _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, b.mul(jb, i64(nr)), K, mr, nv_full, vw, ety)
         j0 = full_cols * nr
+        if is_runtime(N):  # the ragged columns: whole vectors, then single columns
+            with for_range(b, (N - j0) // vw, name="jv") as jv:
+                _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, b.add(i64(j0), b.mul(jv, i64(vw))), K,
+                      mr, 1, vw, ety)
+            j1 = j0 + (N - j0) // vw * vw
+            _scalar_cols(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, i64(j1), N - j1, K, mr, ety)
+            if epilogue is not None:
+                epilogue(b, row0, mr)
+            return
         rest_v = (N - j0) // vw
         if rest_v:
             _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, i64(j0), K, mr, rest_v, vw, ety)
@@ -137,15 +151,28 @@ def emit_gemm(b, A, a_off, lda, B, b_off, ldb, C, c_off, ldc, M, N, K, vw, ety, 
 
     full_rows = M // mr_full
     begin, end = blocks if blocks is not None else (i64(0), i64(row_blocks(M, vw)))
-    if full_rows:
+    if is_runtime(full_rows) or full_rows:
         full_end = b.select(b.icmp_signed("<", end, i64(full_rows)), end, i64(full_rows))
         with for_range(b, full_end, start=begin, name="ib") as ib:
             row_block(b.mul(ib, i64(mr_full)), mr_full)
-    if M % mr_full:
-        last = i64(full_rows)
-        has_last = b.and_(b.icmp_signed("<=", begin, last), b.icmp_signed(">", end, last))
-        with b.if_then(has_last):
-            row_block(i64(full_rows * mr_full), M % mr_full)
+    last = i64(full_rows)
+    has_last = b.and_(b.icmp_signed("<=", begin, last), b.icmp_signed(">", end, last))
+    _last_block(b, M, mr_full, has_last, lambda rows: row_block(i64(full_rows * mr_full), rows))
+
+
+def _last_block(b, M, mr_full, guard, emit_rows):
+    """The last, partial row block (M % mr_full rows) where `guard` (i1) holds; for a
+    runtime M, one variant per possible height, chosen at run time."""
+    rem = M % mr_full
+    if not is_runtime(rem):
+        if rem:
+            with b.if_then(guard):
+                emit_rows(rem)
+        return
+    with b.if_then(guard):
+        for rows in range(1, mr_full):
+            with b.if_then(b.icmp_signed("==", i64(rem), i64(rows))):
+                emit_rows(rows)
 
 
 # -- packed B ---------------------------------------------------------------------------------
@@ -228,10 +255,8 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
             full_end = b.select(b.icmp_signed("<", blk1, i64(full_rows)), blk1, i64(full_rows))
             with for_range(b, full_end, start=blk0, name="ib") as ib:
                 tile(b.mul(ib, i64(mr_full)), mr_full, valid)
-            if M % mr_full:
-                has_last = b.and_(b.icmp_signed("<=", blk0, i64(full_rows)), b.icmp_signed(">", blk1, i64(full_rows)))
-                with b.if_then(has_last):
-                    tile(i64(full_rows * mr_full), M % mr_full, valid)
+            has_last = b.and_(b.icmp_signed("<=", blk0, i64(full_rows)), b.icmp_signed(">", blk1, i64(full_rows)))
+            _last_block(b, M, mr_full, has_last, lambda rows: tile(i64(full_rows * mr_full), rows, valid))
 
         if last_cols == nr:
             row_blocks_of(None)

@@ -50,4 +50,6 @@ class JitEngine:
         addr = self.engine.get_function_address(f"{gen.prefix}_forward")
         if not addr:
             raise BackendError(f"JIT did not produce {gen.prefix}_forward")
-        self.forward = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(addr)
+        # A module with symbolic dims takes their values as a fourth argument (i64*).
+        n_args = 4 if gen.symbols else 3
+        self.forward = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * n_args)(addr)

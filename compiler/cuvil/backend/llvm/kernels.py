@@ -15,8 +15,9 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
 from ...ir.types import TensorType
+from .symbolic import FnSizes, KType, body_block, emitting, upper
 from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
-                   emit_program, fconst, i64, intrinsic, load, loop_nest, store)
+                   emit_program, fconst, fsize, i64, intrinsic, load, loop_nest, store)
 from .gemm import (emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
                    row_blocks)
 from .loops import alloca_in_entry, for_range
@@ -34,6 +35,8 @@ class KernelArgs:
     vw: int = 4                         # f32 lanes of the target's vector registers
     packed_b: bool = False              # matmul: operand 1 is a constant packed by gemm.pack_b
     scratch: ir.Value | None = None     # i8* scratch memory (see scratch_bytes)
+    dims: ir.Value | None = None        # i64* runtime values of the symbolic dims (symbolic.py)
+    symbols: dict = field(default_factory=dict)  # symbol -> index into dims
 
 
 # -- elementwise ----------------------------------------------------------------------------
@@ -72,21 +75,21 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 def k_fused(b, k: KernelArgs):
     shape = list(k.out_type.shape)
-    total = prod(shape)
-    split = next((d + 1 for d in range(len(shape)) if prod(shape[:d + 1]) >= 16), 0)
+    total = upper(prod(shape))  # symbolic dims: decide by their upper bounds
+    split = next((d + 1 for d in range(len(shape)) if upper(prod(shape[:d + 1])) >= 16), 0)
     if total < PARALLEL_MIN_ELEMENTS or not split or split == len(shape):
         emit_elementwise(b, k.out, k.out_type, k.ins, k.in_types, k.consts, k.attrs["program"])
         return
     outer, inner = shape[:split], shape[split:]
     full = [[1] * (len(shape) - t.rank) + list(t.shape) for t in k.in_types]
     strides = [contiguous_strides(shape)] + [broadcast_strides(t.shape, shape) for t in k.in_types]
-    sub_types = [TensorType(tuple(f[split:]), t.dtype) for f, t in zip(full, k.in_types)]
+    sub_types = [KType(tuple(f[split:]), t.dtype) for f, t in zip(full, k.in_types)]
 
     def body(b, k2, i, _):
         offs = flat_offsets(b, i, outer, strides)
         out = b.gep(k2.out, [offs[0]], inbounds=True)
         ins = [None if p is None else b.gep(p, [o], inbounds=True) for p, o in zip(k2.ins, offs[1:])]
-        emit_elementwise(b, out, TensorType(tuple(inner), k.out_type.dtype), ins, sub_types, k.consts,
+        emit_elementwise(b, out, KType(tuple(inner), k.out_type.dtype), ins, sub_types, k.consts,
                          k.attrs["program"])
     parallel(b, k, prod(outer), body)
 
@@ -176,7 +179,8 @@ def parallel(b, k: KernelArgs, count: int, body, extras=()):
 
     The body is emitted into its own task function: it must use only the KernelArgs it
     is given (pointers rebuilt inside the task) and the `extras` i64 values passed in."""
-    ptrs = [k.out] + [p for p in k.ins if p is not None] + ([k.scratch] if k.scratch is not None else [])
+    ptrs = [k.out] + [p for p in k.ins if p is not None] + ([k.scratch] if k.scratch is not None else []) \
+        + ([k.dims] if k.dims is not None else [])
     task = ir.Function(b.module, TASK_FN, name=b.module.get_unique_name(f"{b.function.name}.task"))
     task.linkage = "internal"
     task.attributes.add("nounwind")
@@ -195,9 +199,13 @@ def parallel(b, k: KernelArgs, count: int, body, extras=()):
     k2 = KernelArgs(out=rebuilt[0], out_type=k.out_type,
                     ins=[None if p is None else next(it) for p in k.ins], in_types=k.in_types,
                     attrs=k.attrs, consts=k.consts, vw=k.vw,
-                    scratch=rebuilt[-1] if k.scratch is not None else None)
-    with for_range(tb, task.args[2], start=task.args[1], name="t") as i:
-        body(tb, k2, i, vals[len(ptrs):])
+                    scratch=next(it) if k.scratch is not None else None,
+                    dims=next(it) if k.dims is not None else None, symbols=k.symbols)
+    # Sizes used in the body materialise in the task, from its own copy of the symbols.
+    body_block(tb)
+    with emitting(FnSizes(task, k2.dims, k.symbols)):
+        with for_range(tb, task.args[2], start=task.args[1], name="t") as i:
+            body(tb, k2, i, vals[len(ptrs):])
     tb.ret_void()
 
 
@@ -602,7 +610,7 @@ def k_log_softmax(b, k: KernelArgs):
 def k_layer_norm(b, k: KernelArgs):
     shape = k.out_type.shape
     d = prod(shape[len(shape) - k.attrs["num_axes"]:])
-    rows = prod(shape) // d if d else 0
+    rows = 0 if isinstance(d, int) and d == 0 else prod(shape) // d
     X, O, dt = k.ins[0], k.out, k.out_type.dtype
     Wt = k.ins[1] if len(k.ins) > 1 else None
     Bt = k.ins[2] if len(k.ins) > 2 else None
@@ -610,12 +618,12 @@ def k_layer_norm(b, k: KernelArgs):
         base = b.mul(r, i64(d))
         s = _reduce_loop(b, d, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(a, load(bb, X, bb.add(base, j), dt),
                                                                           flags=REDUCE), "s")
-        mean = b.fdiv(s, fconst(dt, d))
+        mean = b.fdiv(s, fsize(b, dt, d))
 
         def sq(bb, a, j):
             t = bb.fsub(load(bb, X, bb.add(base, j), dt), mean)
             return bb.fadd(a, bb.fmul(t, t), flags=REDUCE)
-        var = b.fdiv(_reduce_loop(b, d, fconst(dt, 0.0), sq, "v"), fconst(dt, d))
+        var = b.fdiv(_reduce_loop(b, d, fconst(dt, 0.0), sq, "v"), fsize(b, dt, d))
         rstd = b.fdiv(fconst(dt, 1.0), intrinsic(b, "llvm.sqrt", [b.fadd(var, fconst(dt, k.attrs["eps"]))]))
         with for_range(b, d, name="w") as j:
             y = b.fmul(b.fsub(load(b, X, b.add(base, j), dt), mean), rstd)
@@ -685,7 +693,8 @@ def _reduce_kernel(kind):
             loop_nest(b, [xt.shape[a] for a in axes] or [1], [View(X, dt, [xs[a] for a in axes] or [0])], inner)
             res = b.load(acc)
             if kind == "mean":
-                res = b.fdiv(res, fconst(dt, count)) if isf else b.sdiv(res, ir.Constant(res.type, count))
+                res = b.fdiv(res, fsize(b, dt, count)) if isf else b.sdiv(res, b.trunc(i64(count), res.type)
+                                                                          if res.type.width < 64 else i64(count))
             store(b, res, O, idx[0], dt)
         loop_nest(b, kept_shape or [1], out_views if kept_shape else
                   [View(O, dt, [0]), View(X, dt, [0])], outer)
@@ -719,6 +728,11 @@ def k_broadcast_to(b, k: KernelArgs):
 
 def k_slice(b, k: KernelArgs):
     xt = k.in_types[0]
+    for d, (e, n) in enumerate(zip(k.attrs["ends"], xt.shape)):
+        if isinstance(e, str) and upper(k.out_type.shape[d]) + k.attrs["starts"][d] > upper(n):
+            raise BackendError(f"cuvil.slice: the end {e} of dim {d} can exceed its size {n} within the "
+                               f"symbols' bounds (at most {upper(k.out_type.shape[d]) + k.attrs['starts'][d]}); "
+                               "lower the bound")
     xs = contiguous_strides(xt.shape)
     off = sum(s * st for s, st in zip(k.attrs["starts"], xs))
     _copy(b, k.out, xt.dtype, k.out_type.shape, contiguous_strides(k.out_type.shape), 0, k.ins[0],

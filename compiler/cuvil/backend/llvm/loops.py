@@ -21,12 +21,16 @@ from collections.abc import Iterator
 
 from llvmlite import ir
 
+from .symbolic import Size
+
 I64 = ir.IntType(64)
 
 
 def _as_i64(builder: ir.IRBuilder, value: ir.Value | int, name: str) -> ir.Value:
     if isinstance(value, int):
         return ir.Constant(I64, value)
+    if isinstance(value, Size):  # a symbolic dim's runtime value
+        return value.value()
     if value.type != I64:
         if not isinstance(value.type, ir.IntType):
             raise TypeError(f"loop bound {name} must be an integer, got {value.type}")
