@@ -465,6 +465,7 @@ def make_manifest(gen, target, threads: int = 1, preprocess=None, postprocess=No
                       "runtime_version": abi.RUNTIME_VERSION, "plugin_abi_version": abi.PLUGIN_ABI_VERSION},
         "arena_size": gen.arena_size,
         "threads": threads,
+        "dims": [{"name": n, "min": lo, "max": hi} for n, lo, hi in gen.symbols],
         "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.inputs],
         "outputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in gen.outputs],
         "preprocess": preprocess or {},

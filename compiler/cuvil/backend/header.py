@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from ..errors import CuvilError
+from ..ir import symdim
 
 # manifest dtype -> (C enum, element size)
 DTYPES = {
@@ -31,7 +32,25 @@ def _fail(key: str, msg: str) -> CuvilError:
     return CuvilError(f"manifest: {key}: {msg}")
 
 
-def _check_tensor(t, key: str) -> None:
+def _bounds(manifest) -> dict:
+    return {d["name"]: (d["min"], d["max"]) for d in manifest.get("dims") or []}
+
+
+def _check_dims(manifest) -> None:
+    dims = manifest.get("dims") or []
+    if not isinstance(dims, list) or len(dims) > 16:
+        raise _fail("dims", f"must be a list of at most 16 symbolic dims, got {dims!r}")
+    seen = set()
+    for i, d in enumerate(dims):
+        ok = isinstance(d, dict) and isinstance(d.get("name"), str) and _IDENT.match(d["name"]) and \
+            all(isinstance(d.get(k), int) and not isinstance(d.get(k), bool) for k in ("min", "max"))
+        if not ok or not 1 <= d["min"] <= d["max"] or d["name"] in seen:
+            raise _fail(f"dims[{i}]", f"must be {{name, min, max}} with 1 <= min <= max and a unique C "
+                        f"identifier name, got {d!r}")
+        seen.add(d["name"])
+
+
+def _check_tensor(t, key: str, bounds: dict | None = None, plain: bool = False) -> None:
     if not isinstance(t, dict):
         raise _fail(key, "must be an object with name, shape and dtype")
     name, shape, dtype = t.get("name"), t.get("shape"), t.get("dtype")
@@ -42,9 +61,19 @@ def _check_tensor(t, key: str) -> None:
     if not isinstance(shape, list) or len(shape) > MAX_RANK:
         raise _fail(f"{key}.shape", f"must be a list of at most {MAX_RANK} dims, got {shape!r}")
     count = 1
+    bounds = bounds or {}
     for d in shape:
+        if isinstance(d, str):
+            try:
+                syms = symdim.symbols(d)
+            except Exception:
+                raise _fail(f"{key}.shape", f"bad symbolic dim {d!r}") from None
+            if not syms <= set(bounds) or (plain and symdim.parse(d) != {(d,): 1}):
+                raise _fail(f"{key}.shape", f"the dim {d!r} must be " + ("one of the symbolic dims "
+                            if plain else "made of the symbolic dims ") + f"{sorted(bounds)}")
+            d = symdim.upper_bound(d, bounds)
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-            raise _fail(f"{key}.shape", f"dims must be non-negative integers (static shapes), got {shape!r}")
+            raise _fail(f"{key}.shape", f"dims must be non-negative integers or symbolic dims, got {shape!r}")
         count *= d
     if count * DTYPES[dtype][1] > _INT64_MAX:
         raise _fail(f"{key}.shape", f"{shape} holds more than 2**63 bytes")
@@ -62,13 +91,15 @@ def check_manifest(manifest) -> None:
     arena = manifest.get("arena_size")
     if isinstance(arena, bool) or not isinstance(arena, int) or not 0 <= arena <= _INT64_MAX:
         raise _fail("arena_size", f"must be a non-negative integer, got {arena!r}")
+    _check_dims(manifest)
+    bounds = _bounds(manifest)
     for kind in ("inputs", "outputs"):
         tensors = manifest.get(kind)
         if not isinstance(tensors, list):
             raise _fail(kind, "must be a list")
         names = set()
         for i, t in enumerate(tensors):
-            _check_tensor(t, f"{kind}[{i}]")
+            _check_tensor(t, f"{kind}[{i}]", bounds, plain=kind == "inputs")
             if t["name"] in names:
                 raise _fail(f"{kind}[{i}].name", f"{t['name']!r} appears twice")
             names.add(t["name"])
@@ -90,25 +121,58 @@ def c_string(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _count(t: dict) -> int:
+def _count(t: dict, bounds: dict) -> int:
     n = 1
     for d in t["shape"]:
-        n *= d
+        n *= symdim.upper_bound(d, bounds)
     return n
 
 
-def _tensor_table(prefix: str, kind: str, tensors: list[dict]) -> list[str]:
+def _c_dim(d, index: dict) -> str:
+    """A dim as a C expression over `d[k]`, the symbols' values."""
+    if isinstance(d, int):
+        return str(d)
+    terms = []
+    for key, coeff in sorted(symdim.parse(d).items()):
+        factors = ([] if coeff == 1 and key else [f"(int64_t){coeff}"]) + [f"d[{index[s]}]" for s in key]
+        terms.append(" * ".join(factors))
+    return " + ".join(terms).replace("+ (int64_t)-", "- (int64_t)")
+
+
+def _dims_tables(p: str, manifest: dict) -> list[str]:
+    """The symbolic dims: their bounds, which input dim is which, and the shapes function."""
+    dims = manifest.get("dims") or []
+    if not dims:
+        return []
+    index = {d["name"]: k for k, d in enumerate(dims)}
+    lines = [f"static const cuvil_dim_desc {p}_dims[{len(dims)}] = {{"]
+    lines += [f"    {{{c_string(d['name'])}, {d['min']}, {d['max']}}}," for d in dims]
+    lines.append("};")
+    syms = [index[d] if isinstance(d, str) else -1 for t in manifest["inputs"] for d in t["shape"]]
+    lines.append(f"static const int32_t {p}_input_dim_symbols[{max(len(syms), 1)}] = "
+                 f"{{{', '.join(map(str, syms or [-1]))}}};")
+    lines.append(f"static void {p}_shapes(const int64_t *d, int64_t *s) {{")
+    k = 0
+    for t in manifest["inputs"] + manifest["outputs"]:
+        for d in t["shape"]:
+            lines.append(f"    s[{k}] = {_c_dim(d, index)};")
+            k += 1
+    lines += ["    (void)d;", "    (void)s;", "}"]
+    return lines
+
+
+def _tensor_table(prefix: str, kind: str, tensors: list[dict], bounds: dict) -> list[str]:
     lines = []
     for i, t in enumerate(tensors):
         if t["shape"]:
-            dims = ", ".join(str(d) for d in t["shape"])
+            dims = ", ".join(str(symdim.upper_bound(d, bounds)) for d in t["shape"])
             lines.append(f"static const int64_t {prefix}_{kind}{i}_shape[{len(t['shape'])}] = {{{dims}}};")
     if not tensors:
         return lines
     lines.append(f"static const cuvil_tensor_desc {prefix}_{kind}s[{len(tensors)}] = {{")
     for i, t in enumerate(tensors):
         shape = f"{prefix}_{kind}{i}_shape" if t["shape"] else "NULL"
-        n = _count(t)
+        n = _count(t, bounds)
         lines.append(f"    {{{c_string(t['name'])}, {DTYPES[t['dtype']][0]}, {len(t['shape'])}, {shape}, "
                      f"{n}, {n * DTYPES[t['dtype']][1]}u}},")
     lines.append("};")
@@ -127,6 +191,10 @@ def render_header(manifest: dict) -> str:
     p = manifest["prefix"]
     P = p.upper()
     ins, outs = manifest["inputs"], manifest["outputs"]
+    bounds = _bounds(manifest)
+    dims = manifest.get("dims") or []
+    dyn = bool(dims)
+    doc_dims = "".join(f"\n *   {d['name']} in [{d['min']}, {d['max']}]" for d in dims)
     doc_ins = "".join(f"\n *   {_describe(t)}" for t in ins) or "\n *   (none)"
     doc_outs = "".join(f"\n *   {_describe(t)}" for t in outs)
     lines = [
@@ -140,6 +208,9 @@ def render_header(manifest: dict) -> str:
         " *",
         f" * Inputs:{doc_ins}",
         f" * Outputs:{doc_outs}",
+        *([" *", f" * Symbolic dims (any value within the bounds; {p}_set_input_shape() sets them,",
+           f" * {p}_ctx_output_shape() gives the resulting output shapes; buffers and the arena",
+           f" * are sized for the upper bounds):{doc_dims}"] if dyn else []),
         " *",
         " * One context per thread (weights are shared, read-only). Every call returns a",
         " * cuvil_status (or the value asked for); cuvil_status_message() and",
@@ -166,15 +237,19 @@ def render_header(manifest: dict) -> str:
         "/* Defined by the model's object file: the code and its ABI signature (target",
         " * triple, Cuvil ABI and runtime version), which the runtime checks when a context",
         " * is created (weak: an object made without one links, unchecked). */",
-        f"void {p}_forward(void **inputs, void **outputs, uint8_t *arena);",
+        (f"void {p}_forward(void **inputs, void **outputs, uint8_t *arena, const int64_t *dims);" if dyn else
+         f"void {p}_forward(void **inputs, void **outputs, uint8_t *arena);"),
         f"extern const char {p}_signature[] CUVIL_WEAK;",
         "",
-        *_tensor_table(p, "input", ins),
-        *_tensor_table(p, "output", outs),
+        *_tensor_table(p, "input", ins, bounds),
+        *_tensor_table(p, "output", outs, bounds),
+        *_dims_tables(p, manifest),
         f"static const cuvil_model_desc {p}_model = {{",
         f"    CUVIL_ABI_VERSION, {c_string(p)}, {P}_ARENA_SIZE,",
-        f"    {len(ins)}, {f'{p}_inputs' if ins else 'NULL'}, {len(outs)}, {p}_outputs, {p}_forward,",
-        f"    {p}_signature}};",
+        f"    {len(ins)}, {f'{p}_inputs' if ins else 'NULL'}, {len(outs)}, {p}_outputs, "
+        f"{'NULL' if dyn else p + '_forward'},",
+        (f"    {p}_signature, {len(dims)}, {p}_dims, {p}_input_dim_symbols, {p}_forward, {p}_shapes}};" if dyn
+         else f"    {p}_signature, 0, NULL, NULL, NULL, NULL}};"),
         "",
         "/* A context with its own 64-byte aligned arena of ARENA_SIZE bytes. */",
         f"CUVIL_EXPORT cuvil_status {p}_create({p}_ctx **out);",
@@ -188,6 +263,10 @@ def render_header(manifest: dict) -> str:
         "const void *const *inputs,",
         "                                             void *const *outputs);",
         f"CUVIL_EXPORT const cuvil_model_desc *{p}_model_desc(void);",
+        "/* Input i's shape for this context's next runs (symbolic dims within their bounds),",
+        " * and an output's shape for the input shapes set last. */",
+        f"CUVIL_EXPORT cuvil_status {p}_set_input_shape({p}_ctx *ctx, int i, const int64_t *dims, int rank);",
+        f"CUVIL_EXPORT cuvil_status {p}_ctx_output_shape(const {p}_ctx *ctx, int i, int64_t *dims, int max_dims);",
     ]
     for kind in ("input", "output"):
         lines += [
@@ -213,6 +292,12 @@ def render_header(manifest: dict) -> str:
         f"    return cuvil_run_with_scratch(&{p}_model, scratch, scratch_size, inputs, outputs);",
         "}",
         f"const cuvil_model_desc *{p}_model_desc(void) {{ return &{p}_model; }}",
+        f"cuvil_status {p}_set_input_shape({p}_ctx *ctx, int i, const int64_t *dims, int rank) {{",
+        "    return cuvil_ctx_set_input_shape(ctx, i, dims, rank);",
+        "}",
+        f"cuvil_status {p}_ctx_output_shape(const {p}_ctx *ctx, int i, int64_t *dims, int max_dims) {{",
+        "    return cuvil_tensor_shape(cuvil_ctx_tensor(ctx, 1, i), dims, max_dims);",
+        "}",
     ]
     for kind, is_out in (("input", 0), ("output", 1)):
         t = f"cuvil_model_tensor(&{p}_model, {is_out}, i)"

@@ -19,6 +19,12 @@ struct cuvil_ctx {
     uint8_t *arena; /* `block` rounded up to CUVIL_ARENA_ALIGN */
     int threads;
     int running; /* set while a run is in progress (atomic) */
+    /* Symbolic dims: their values for the next run, each input's shape as set, and the
+     * current descriptors (inputs then outputs) with their shapes in `shapes`. */
+    int64_t values[CUVIL_MAX_DIMS];
+    int64_t *given;            /* inputs' dims as set, flattened like input_dim_symbols */
+    int64_t *shapes;           /* every tensor's current dims, flattened */
+    cuvil_tensor_desc *current;
 };
 
 static CUVIL_TLS char last_error[512];
@@ -120,7 +126,10 @@ static cuvil_status check_model(const cuvil_model_desc *model) {
     if (model->abi_version != CUVIL_ABI_VERSION)
         return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "model %s was generated for runtime ABI %d, this runtime is ABI %d",
                           model->prefix ? model->prefix : "?", model->abi_version, CUVIL_ABI_VERSION);
-    if (model->forward == NULL || model->n_inputs < 0 || model->n_outputs < 0)
+    if ((model->n_dims == 0 ? model->forward == NULL
+                            : (model->forward_dims == NULL || model->shapes == NULL || model->dims == NULL ||
+                               model->input_dim_symbols == NULL || model->n_dims > CUVIL_MAX_DIMS)) ||
+        model->n_dims < 0 || model->n_inputs < 0 || model->n_outputs < 0)
         return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "model descriptor %s is incomplete",
                           model->prefix ? model->prefix : "?");
     if (model->signature != NULL) {
@@ -148,6 +157,119 @@ cuvil_status cuvil_tensor_shape(const cuvil_tensor_desc *t, int64_t *dims, int m
     return CUVIL_OK;
 }
 
+static int total_rank(const cuvil_tensor_desc *t, int n) {
+    int i, r = 0;
+    for (i = 0; i < n; i++) r += t[i].rank;
+    return r;
+}
+
+/* The current descriptors from the symbol values (shapes, counts, byte sizes). */
+static void update_current(cuvil_ctx *ctx) {
+    const cuvil_model_desc *m = ctx->model;
+    int i, k, n = m->n_inputs + m->n_outputs;
+    int64_t *dims = ctx->shapes;
+    m->shapes(ctx->values, ctx->shapes);
+    for (i = 0; i < n; i++) {
+        cuvil_tensor_desc *t = &ctx->current[i];
+        int64_t count = 1;
+        for (k = 0; k < t->rank; k++) count *= dims[k];
+        t->shape = t->rank ? dims : NULL;
+        t->count = count;
+        t->nbytes = (uint64_t)count * cuvil_dtype_size(t->dtype);
+        dims += t->rank;
+    }
+}
+
+static cuvil_status init_dims(cuvil_ctx *ctx) {
+    const cuvil_model_desc *m = ctx->model;
+    int i, n = m->n_inputs + m->n_outputs;
+    int in_rank = total_rank(m->inputs, m->n_inputs), all = in_rank + total_rank(m->outputs, m->n_outputs);
+    ctx->given = (int64_t *)calloc((size_t)in_rank + 1, sizeof(int64_t));
+    ctx->shapes = (int64_t *)calloc((size_t)all + 1, sizeof(int64_t));
+    ctx->current = (cuvil_tensor_desc *)calloc((size_t)n + 1, sizeof(cuvil_tensor_desc));
+    if (ctx->given == NULL || ctx->shapes == NULL || ctx->current == NULL)
+        return cuvil_fail(CUVIL_ERR_OUT_OF_MEMORY, "model %s: cannot allocate the shape tables", m->prefix);
+    for (i = 0; i < m->n_dims; i++) ctx->values[i] = m->dims[i].max;
+    for (i = 0; i < m->n_inputs; i++) ctx->current[i] = m->inputs[i];
+    for (i = 0; i < m->n_outputs; i++) ctx->current[m->n_inputs + i] = m->outputs[i];
+    update_current(ctx);
+    memcpy(ctx->given, ctx->shapes, (size_t)in_rank * sizeof(int64_t));
+    return CUVIL_OK;
+}
+
+const cuvil_tensor_desc *cuvil_ctx_tensor(const cuvil_ctx *ctx, int is_output, int i) {
+    const cuvil_model_desc *m;
+    if (ctx == NULL) return NULL;
+    m = ctx->model;
+    if (is_output ? (i < 0 || i >= m->n_outputs) : (i < 0 || i >= m->n_inputs)) return NULL;
+    if (m->n_dims == 0) return cuvil_model_tensor(m, is_output, i);
+    return &ctx->current[is_output ? m->n_inputs + i : i];
+}
+
+static void format_shape(char *buf, size_t cap, const int64_t *dims, int rank) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    int k;
+    for (k = 0; k < rank && n < cap; k++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", k ? ", " : "", (long long)dims[k]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+cuvil_status cuvil_ctx_set_input_shape(cuvil_ctx *ctx, int i, const int64_t *dims, int rank) {
+    const cuvil_model_desc *m;
+    const cuvil_tensor_desc *t;
+    const int32_t *syms;
+    char have[160], want[160];
+    int j, k, off = 0;
+    if (ctx == NULL) return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "set_input_shape: context is NULL");
+    m = ctx->model;
+    if (i < 0 || i >= m->n_inputs)
+        return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "model %s has %d inputs, no input %d", m->prefix, m->n_inputs, i);
+    t = &m->inputs[i];
+    if (rank > 0 && dims == NULL) return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "set_input_shape: dims is NULL");
+    format_shape(have, sizeof have, dims, rank < 0 ? 0 : rank);
+    for (j = 0; j < i; j++) off += m->inputs[j].rank;
+    syms = m->n_dims ? m->input_dim_symbols + off : NULL;
+    if (rank != t->rank)
+        return cuvil_fail(CUVIL_ERR_SHAPE, "input %s: shape %s has %d dims, the model's has %d", t->name, have, rank,
+                          t->rank);
+    for (k = 0; k < rank; k++) {
+        int s = syms ? syms[k] : -1;
+        if (s < 0 && dims[k] != t->shape[k]) {
+            format_shape(want, sizeof want, t->shape, t->rank);
+            return cuvil_fail(CUVIL_ERR_SHAPE, "input %s: shape %s does not match the model's %s (dim %d is fixed)",
+                              t->name, have, want, k);
+        }
+        if (s >= 0 && (dims[k] < m->dims[s].min || dims[k] > m->dims[s].max))
+            return cuvil_fail(CUVIL_ERR_SHAPE, "input %s: shape %s: dim %d (%s) = %lld is outside its bounds [%lld, %lld]",
+                              t->name, have, k, m->dims[s].name, (long long)dims[k], (long long)m->dims[s].min,
+                              (long long)m->dims[s].max);
+    }
+    if (m->n_dims == 0) return CUVIL_OK;
+    for (k = 0; k < rank; k++) {
+        ctx->given[off + k] = dims[k];
+        if (syms[k] >= 0) ctx->values[syms[k]] = dims[k];
+    }
+    update_current(ctx);
+    return CUVIL_OK;
+}
+
+/* Every input's shape as set agrees with the symbol values (the last input set wins a
+ * disagreement, which is refused here). */
+static cuvil_status check_given(const cuvil_ctx *ctx) {
+    const cuvil_model_desc *m = ctx->model;
+    int i, k, off = 0;
+    for (i = 0; i < m->n_inputs; i++) {
+        for (k = 0; k < m->inputs[i].rank; k++) {
+            int s = m->input_dim_symbols[off + k];
+            if (s >= 0 && ctx->given[off + k] != ctx->values[s])
+                return cuvil_fail(CUVIL_ERR_SHAPE, "model %s: input %s has %s = %lld, but another input set %s = %lld",
+                                  m->prefix, m->inputs[i].name, m->dims[s].name, (long long)ctx->given[off + k],
+                                  m->dims[s].name, (long long)ctx->values[s]);
+        }
+        off += m->inputs[i].rank;
+    }
+    return CUVIL_OK;
+}
+
 cuvil_status cuvil_ctx_create(const cuvil_model_desc *model, cuvil_ctx **out) {
     cuvil_status st;
     cuvil_ctx *ctx;
@@ -171,12 +293,19 @@ cuvil_status cuvil_ctx_create(const cuvil_model_desc *model, cuvil_ctx **out) {
                  (CUVIL_ARENA_ALIGN - (uintptr_t)ctx->block % CUVIL_ARENA_ALIGN) % CUVIL_ARENA_ALIGN;
     ctx->model = model;
     ctx->threads = 1;
+    if (model->n_dims > 0 && (st = init_dims(ctx)) != CUVIL_OK) {
+        cuvil_ctx_destroy(ctx);
+        return st;
+    }
     *out = ctx;
     return CUVIL_OK;
 }
 
 cuvil_status cuvil_ctx_destroy(cuvil_ctx *ctx) {
     if (ctx == NULL) return CUVIL_OK;
+    free(ctx->given);
+    free(ctx->shapes);
+    free(ctx->current);
     free(ctx->block);
     free(ctx);
     return CUVIL_OK;
@@ -206,9 +335,17 @@ static cuvil_status check_tensors(const cuvil_model_desc *model, const void *con
     return CUVIL_OK;
 }
 
-/* The generated code reads inputs only; its signature predates const. */
+/* The generated code reads inputs only; its signature predates const. A model with
+ * symbolic dims gets their values (`values`; NULL: the upper bounds). */
 static void call_forward(const cuvil_model_desc *model, const void *const *inputs, void *const *outputs,
-                         uint8_t *arena) {
+                         uint8_t *arena, const int64_t *values) {
+    if (model->n_dims > 0) {
+        int64_t max[CUVIL_MAX_DIMS];
+        int i;
+        for (i = 0; values == NULL && i < model->n_dims; i++) max[i] = model->dims[i].max;
+        model->forward_dims((void **)(uintptr_t)inputs, (void **)(uintptr_t)outputs, arena, values ? values : max);
+        return;
+    }
     model->forward((void **)(uintptr_t)inputs, (void **)(uintptr_t)outputs, arena);
 }
 
@@ -217,12 +354,13 @@ cuvil_status cuvil_ctx_run(cuvil_ctx *ctx, const void *const *inputs, void *cons
     int saved;
     if (ctx == NULL) return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "run: context is NULL");
     if ((st = check_tensors(ctx->model, inputs, outputs)) != CUVIL_OK) return st;
+    if (ctx->model->n_dims > 0 && (st = check_given(ctx)) != CUVIL_OK) return st;
     if (__atomic_exchange_n(&ctx->running, 1, __ATOMIC_ACQUIRE))
         return cuvil_fail(CUVIL_ERR_BUSY, "model %s: the context is running on another thread; use one context per "
                           "thread", ctx->model->prefix);
     saved = cuvil_get_num_threads();
     cuvil_set_num_threads(ctx->threads);
-    call_forward(ctx->model, inputs, outputs, ctx->arena);
+    call_forward(ctx->model, inputs, outputs, ctx->arena, ctx->values);
     cuvil_set_num_threads(saved);
     __atomic_store_n(&ctx->running, 0, __ATOMIC_RELEASE);
     return CUVIL_OK;
@@ -244,6 +382,6 @@ cuvil_status cuvil_run_with_scratch(const cuvil_model_desc *model, void *scratch
                               model->prefix, scratch, CUVIL_ARENA_ALIGN);
     }
     if ((st = check_tensors(model, inputs, outputs)) != CUVIL_OK) return st;
-    call_forward(model, inputs, outputs, (uint8_t *)scratch);
+    call_forward(model, inputs, outputs, (uint8_t *)scratch, NULL);
     return CUVIL_OK;
 }

@@ -27,13 +27,14 @@ extern "C" {
 #endif
 
 /* The ABI between generated model objects, this runtime and plugins. Version 2
- * added the signature (below) to cuvil_model_desc. */
-#define CUVIL_ABI_VERSION 2
+ * added the signature (below) to cuvil_model_desc; version 3 the symbolic dims. */
+#define CUVIL_ABI_VERSION 3
 /* The version of these runtime sources (cuvil.runtime.RUNTIME_VERSION). */
 #define CUVIL_RUNTIME_VERSION "0.2.0"
 #define CUVIL_ARENA_ALIGN 64
 #define CUVIL_MAX_RANK 8
 #define CUVIL_MAX_THREADS 256
+#define CUVIL_MAX_DIMS 16 /* symbolic dims of one model */
 
 /* Every function that can fail returns one of these; 0 is success. */
 /* The target this file is compiled for, as an LLVM triple (what the compiler's
@@ -87,7 +88,9 @@ typedef enum cuvil_dtype {
     CUVIL_BOOL = 8
 } cuvil_dtype;
 
-/* One input or output of a model: a contiguous row-major tensor. */
+/* One input or output of a model: a contiguous row-major tensor. With symbolic dims the
+ * model's descriptors give the shapes at the upper bounds (so count and nbytes size
+ * buffers for every run); cuvil_ctx_tensor() gives a context's current ones. */
 typedef struct cuvil_tensor_desc {
     const char *name;
     cuvil_dtype dtype;
@@ -100,6 +103,16 @@ typedef struct cuvil_tensor_desc {
 /* The generated forward function: pointers to the tensors in manifest order and
  * the arena (`arena_size` bytes, 64-byte aligned, private to this run). */
 typedef void (*cuvil_forward_fn)(void **inputs, void **outputs, uint8_t *arena);
+/* The forward function of a model with symbolic dims: `dims` holds their values. */
+typedef void (*cuvil_forward_dims_fn)(void **inputs, void **outputs, uint8_t *arena, const int64_t *dims);
+/* Every input's, then every output's dims (concatenated) for the given symbol values. */
+typedef void (*cuvil_shapes_fn)(const int64_t *dims, int64_t *shapes);
+
+/* A symbolic dim (batch, seq_len) and its bounds: a run may use any value in [min, max]. */
+typedef struct cuvil_dim_desc {
+    const char *name;
+    int64_t min, max;
+} cuvil_dim_desc;
 
 typedef struct cuvil_model_desc {
     int abi_version; /* CUVIL_ABI_VERSION */
@@ -113,6 +126,13 @@ typedef struct cuvil_model_desc {
     /* The model object's signature (`<prefix>_signature`, see CUVIL_SIGNATURE_MAGIC):
      * checked against this runtime's when a context is created. NULL: not checked. */
     const char *signature;
+    /* Symbolic dims (ABI 3); n_dims == 0 for a model with static shapes, which uses
+     * `forward`; one with symbolic dims uses `forward_dims` (and `forward` is NULL). */
+    int n_dims;
+    const cuvil_dim_desc *dims;
+    const int32_t *input_dim_symbols; /* per input, per dim (flattened): index into dims, or -1 */
+    cuvil_forward_dims_fn forward_dims;
+    cuvil_shapes_fn shapes;
 } cuvil_model_desc;
 
 typedef struct cuvil_ctx cuvil_ctx;
@@ -149,9 +169,17 @@ CUVIL_EXPORT cuvil_status cuvil_ctx_destroy(cuvil_ctx *ctx); /* NULL is allowed 
 /* Threads used by this context's runs (1..CUVIL_MAX_THREADS; larger is clamped). */
 CUVIL_EXPORT cuvil_status cuvil_ctx_set_threads(cuvil_ctx *ctx, int threads);
 CUVIL_EXPORT cuvil_status cuvil_ctx_run(cuvil_ctx *ctx, const void *const *inputs, void *const *outputs);
+/* The shape of input `i` for the context's next runs (a model with symbolic dims
+ * starts at the upper bounds). Static dims must match; a symbolic dim must lie in its
+ * bounds and agree with the other inputs (checked by the run). CUVIL_ERR_SHAPE otherwise. */
+CUVIL_EXPORT cuvil_status cuvil_ctx_set_input_shape(cuvil_ctx *ctx, int i, const int64_t *dims, int rank);
+/* The context's current descriptor of input (is_output = 0) or output `i`: its shape,
+ * count and nbytes for the input shapes set last. NULL for an index out of range. */
+CUVIL_EXPORT const cuvil_tensor_desc *cuvil_ctx_tensor(const cuvil_ctx *ctx, int is_output, int i);
 /* A run in caller-owned memory: `scratch` is 64-byte aligned and holds at least
  * the model's arena size (NULL is allowed when that is 0). Uses the calling
- * thread's thread count (cuvil_set_num_threads). */
+ * thread's thread count (cuvil_set_num_threads). A model with symbolic dims runs
+ * at their upper bounds here (the shapes of its descriptors); use a context for others. */
 CUVIL_EXPORT cuvil_status cuvil_run_with_scratch(const cuvil_model_desc *model, void *scratch, size_t scratch_size,
                                                  const void *const *inputs, void *const *outputs);
 
