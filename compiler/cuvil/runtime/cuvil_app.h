@@ -71,6 +71,8 @@ extern const cuvil_app cuvil_main_app;
 
 /* .npy: read `path` into `dst` (t->nbytes) if its header matches `t` exactly. */
 cuvil_status cuvil_npy_load(const char *path, const cuvil_tensor_desc *t, void *dst);
+/* The shape in a .npy file's header (at most CUVIL_MAX_RANK dims). */
+cuvil_status cuvil_npy_shape(const char *path, int64_t *dims, int *rank);
 /* .npy version 1.0 of `t` to `f`. */
 cuvil_status cuvil_npy_write(FILE *f, const cuvil_tensor_desc *t, const void *data);
 

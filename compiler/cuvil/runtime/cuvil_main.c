@@ -55,6 +55,14 @@ static void print_tensor(const cuvil_tensor_desc *t) {
     printf("]");
 }
 
+static void print_dims(const cuvil_model_desc *m) {
+    int i;
+    if (m->n_dims == 0) return;
+    printf("symbolic dims (the shapes above are at their upper bounds; .npy inputs may use any value):\n");
+    for (i = 0; i < m->n_dims; i++)
+        printf("  %-16s [%lld, %lld]\n", m->dims[i].name, (long long)m->dims[i].min, (long long)m->dims[i].max);
+}
+
 static void print_help(const cuvil_app *app) {
     const cuvil_model_desc *m = app->model;
     int i;
@@ -69,6 +77,7 @@ static void print_help(const cuvil_app *app) {
         else
             printf("%s\n", app->pre[i].kind == CUVIL_PRE_IMAGE ? "  or a JPEG/PNG image (pre-processed)" : "");
     }
+    print_dims(m);
     printf("outputs:\n");
     for (i = 0; i < m->n_outputs; i++) {
         print_tensor(&m->outputs[i]);
@@ -226,17 +235,43 @@ static void stop_plugins(const cuvil_app *app) {
         app->postprocess.plugin->destroy(post_state);
 }
 
-static cuvil_status load_input(const cuvil_app *app, int i, const char *path, void *dst) {
-    const cuvil_tensor_desc *t = &app->model->inputs[i];
+/* Input i's shape for the run: a .npy file's own (a model with symbolic dims takes any
+ * shape within its bounds), else (images, plugins) the model's with symbolic dims at 1. */
+static cuvil_status shape_input(cuvil_ctx *ctx, const cuvil_model_desc *m, int i, const char *path, int npy) {
+    int64_t dims[CUVIL_MAX_RANK];
+    int rank = 0, k, off = 0;
+    cuvil_status st;
+    if (m->n_dims == 0) return CUVIL_OK;
+    if (npy) {
+        if ((st = cuvil_npy_shape(path, dims, &rank)) != CUVIL_OK) return st;
+        return cuvil_ctx_set_input_shape(ctx, i, dims, rank);
+    }
+    for (k = 0; k < i; k++) off += m->inputs[k].rank;
+    for (k = 0; k < m->inputs[i].rank; k++)
+        dims[k] = m->input_dim_symbols[off + k] >= 0 ? 1 : m->inputs[i].shape[k];
+    return cuvil_ctx_set_input_shape(ctx, i, dims, m->inputs[i].rank);
+}
+
+static int is_npy(const char *path, cuvil_status *st) {
     unsigned char magic[6] = {0};
+    size_t size;
+    FILE *f;
+    if ((*st = cuvil_open_input(path, &f)) != CUVIL_OK) return 0;
+    size = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    return size == sizeof magic && memcmp(magic, "\x93NUMPY", 6) == 0;
+}
+
+static cuvil_status load_input(const cuvil_app *app, cuvil_ctx *ctx, int i, const char *path, void *dst) {
+    const cuvil_tensor_desc *t;
     uint8_t *data;
     size_t size;
     cuvil_status st;
-    FILE *f;
-    if ((st = cuvil_open_input(path, &f)) != CUVIL_OK) return st;
-    size = fread(magic, 1, sizeof magic, f);
-    fclose(f);
-    if (size == sizeof magic && memcmp(magic, "\x93NUMPY", 6) == 0) return cuvil_npy_load(path, t, dst);
+    int npy = is_npy(path, &st);
+    if (st != CUVIL_OK) return st;
+    if ((st = shape_input(ctx, app->model, i, path, npy)) != CUVIL_OK) return st;
+    t = cuvil_ctx_tensor(ctx, 0, i);
+    if (npy) return cuvil_npy_load(path, t, dst);
     if (app->pre[i].kind == CUVIL_PRE_NONE) return cuvil_fail(CUVIL_ERR_FORMAT, "not a .npy file");
     if ((st = cuvil_read_file(path, CUVIL_IMAGE_MAX_FILE, &data, &size)) != CUVIL_OK) return st;
     if (app->pre[i].kind == CUVIL_PRE_PLUGIN) {
@@ -304,29 +339,44 @@ static int allocate(const cuvil_tensor_desc *t, int n, void **blocks, void **ptr
 
 static int run(const cuvil_app *app, const options *o, void **in, void **out) {
     const cuvil_model_desc *m = app->model;
+    cuvil_model_desc shaped; /* the model with this run's tensor shapes, for the writers */
+    cuvil_app shaped_app;
     output_job job;
     cuvil_ctx *ctx = NULL;
     cuvil_status st;
     struct stat sb;
-    int i;
+    int i, rc = 0;
     if (stat(o->output, &sb) == 0 && S_ISDIR(sb.st_mode))
         return fail(EXIT_FAILURE, "output '%s' is a directory, not a file", o->output);
-    for (i = 0; i < m->n_inputs; i++)
-        if (load_input(app, i, o->inputs[i], in[i]) != CUVIL_OK)
-            return fail(EXIT_FAILURE, "input '%s' (%s): %s", m->inputs[i].name, o->inputs[i], cuvil_last_error());
-    if ((st = cuvil_ctx_create(m, &ctx)) != CUVIL_OK || (st = cuvil_ctx_set_threads(ctx, o->threads)) != CUVIL_OK ||
-        (st = cuvil_ctx_run(ctx, (const void *const *)in, out)) != CUVIL_OK) {
+    if ((st = cuvil_ctx_create(m, &ctx)) != CUVIL_OK || (st = cuvil_ctx_set_threads(ctx, o->threads)) != CUVIL_OK) {
         cuvil_ctx_destroy(ctx);
         return fail(EXIT_FAILURE, "%s", cuvil_last_error());
     }
-    cuvil_ctx_destroy(ctx);
-    job.app = app;
+    for (i = 0; i < m->n_inputs; i++)
+        if (load_input(app, ctx, i, o->inputs[i], in[i]) != CUVIL_OK) {
+            rc = fail(EXIT_FAILURE, "input '%s' (%s): %s", m->inputs[i].name, o->inputs[i], cuvil_last_error());
+            cuvil_ctx_destroy(ctx);
+            return rc;
+        }
+    if ((st = cuvil_ctx_run(ctx, (const void *const *)in, out)) != CUVIL_OK) {
+        cuvil_ctx_destroy(ctx);
+        return fail(EXIT_FAILURE, "%s", cuvil_last_error());
+    }
+    shaped = *m;
+    shaped_app = *app;
+    if (m->n_dims > 0) {
+        shaped.inputs = cuvil_ctx_tensor(ctx, 0, 0);
+        shaped.outputs = cuvil_ctx_tensor(ctx, 1, 0);
+        shaped_app.model = &shaped;
+    }
+    job.app = &shaped_app;
     job.outputs = out;
     job.logits = o->logits;
     if (cuvil_write_atomic(o->output, o->npy ? write_npy : app->postprocess.plugin ? write_plugin : write_json, &job) !=
         CUVIL_OK)
-        return fail(EXIT_FAILURE, "output: %s", cuvil_last_error());
-    return 0;
+        rc = fail(EXIT_FAILURE, "output: %s", cuvil_last_error());
+    cuvil_ctx_destroy(ctx);
+    return rc;
 }
 
 int main(int argc, char **argv) {

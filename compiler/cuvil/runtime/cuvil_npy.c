@@ -188,13 +188,14 @@ static cuvil_status check_against(const npy_header *h, const cuvil_tensor_desc *
     return CUVIL_OK;
 }
 
-cuvil_status cuvil_npy_load(const char *path, const cuvil_tensor_desc *t, void *dst) {
+/* Opens `path` and reads its .npy header; on success *out is positioned at the data. */
+static cuvil_status open_npy(const char *path, npy_header *h, FILE **out) {
     unsigned char pre[12];
     char *text;
-    size_t hlen, got;
-    npy_header h;
+    size_t hlen;
     cuvil_status st;
     FILE *f;
+    *out = NULL;
     if ((st = cuvil_open_input(path, &f)) != CUVIL_OK) return st;
     if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
         fclose(f);
@@ -227,8 +228,34 @@ cuvil_status cuvil_npy_load(const char *path, const cuvil_tensor_desc *t, void *
         fclose(f);
         return cuvil_fail(CUVIL_ERR_FORMAT, "truncated .npy header");
     }
-    st = parse_header(text, hlen, &h);
+    st = parse_header(text, hlen, h);
     free(text);
+    if (st != CUVIL_OK) {
+        fclose(f);
+        return st;
+    }
+    *out = f;
+    return CUVIL_OK;
+}
+
+cuvil_status cuvil_npy_shape(const char *path, int64_t *dims, int *rank) {
+    npy_header h;
+    FILE *f;
+    cuvil_status st = open_npy(path, &h, &f);
+    int k;
+    if (st != CUVIL_OK) return st;
+    fclose(f);
+    *rank = h.rank;
+    for (k = 0; k < h.rank; k++) dims[k] = h.shape[k];
+    return CUVIL_OK;
+}
+
+cuvil_status cuvil_npy_load(const char *path, const cuvil_tensor_desc *t, void *dst) {
+    size_t got;
+    npy_header h;
+    cuvil_status st;
+    FILE *f;
+    if ((st = open_npy(path, &h, &f)) != CUVIL_OK) return st;
     if (st == CUVIL_OK) st = check_against(&h, t);
     if (st != CUVIL_OK) {
         fclose(f);
