@@ -163,7 +163,7 @@ def _example_inputs(cfg: Config, given):
         if not specs:
             raise cfg.error(["model", "entry"], "the entry returned no example inputs and the config has no 'inputs'")
         rng = np.random.default_rng(0)
-        return tuple(torch.from_numpy(rng.standard_normal(s["shape"]).astype(DTYPES[s.get("dtype", "f32")]))
+        return tuple(torch.from_numpy(rng.standard_normal(_example_shape(cfg, s)).astype(DTYPES[s.get("dtype", "f32")]))
                      for s in specs)
     given = tuple(given)
     if specs:
@@ -171,11 +171,27 @@ def _example_inputs(cfg: Config, given):
             raise cfg.error(["inputs"], f"the model takes {len(given)} inputs, the config lists {len(specs)}")
         from .frontends.torch import cuvil_dtype
         for i, (s, x) in enumerate(zip(specs, given)):
-            if list(x.shape) != list(s["shape"]):
+            if len(x.shape) != len(s["shape"]) or any(
+                    isinstance(d, int) and d != n for d, n in zip(s["shape"], x.shape)):
                 raise cfg.error(["inputs", i, "shape"], f"the model's example input has shape {list(x.shape)}")
             if "dtype" in s and cuvil_dtype(x.dtype) != s["dtype"]:
                 raise cfg.error(["inputs", i, "dtype"], f"the model's example input is {cuvil_dtype(x.dtype)}")
     return given
+
+
+def _example_shape(cfg: Config, spec: dict) -> list[int]:
+    """A config input's shape for a generated example: a symbolic dim is 2, or its nearest
+    bound (torch.export specialises a dim whose example is 1)."""
+    dims = cfg.data.get("dims") or {}
+    return [d if isinstance(d, int) else min(max(2, dims[d][0]), dims[d][1]) for d in spec["shape"]]
+
+
+def _dynamic(cfg: Config):
+    """(dynamic_shapes, dim_bounds) for capture_torch, or (None, None) for static shapes."""
+    dims = cfg.data.get("dims") or {}
+    if not dims:
+        return None, None
+    return [list(s["shape"]) for s in cfg.data.get("inputs", [])], {k: tuple(v) for k, v in dims.items()}
 
 
 def _custom_op_handler(symbol: str):
@@ -223,7 +239,9 @@ def capture_to(cfg: Config, out: Path) -> list[Path]:
     saved = {k: torch_ops.HANDLERS[k] for k in custom if k in torch_ops.HANDLERS}
     torch_ops.HANDLERS.update(custom)
     try:
-        module = capture_torch(model, inputs, name_inputs=names)
+        dynamic_shapes, dim_bounds = _dynamic(cfg)
+        module = capture_torch(model, inputs, name_inputs=names, dynamic_shapes=dynamic_shapes,
+                               dim_bounds=dim_bounds)
     finally:
         for k in custom:
             torch_ops.HANDLERS.pop(k, None)
@@ -291,7 +309,7 @@ def _project_files(before: set, cfg: Config) -> list[Path]:
 
 def capture_key(cfg: Config) -> str:
     custom = (cfg.data.get("plugin") or {}).get("custom_ops", [])
-    return _hash("capture", CACHE_FORMAT, cfg.section_hash("model", "inputs"), custom, compiler_hash(),
+    return _hash("capture", CACHE_FORMAT, cfg.section_hash("model", "inputs", "dims"), custom, compiler_hash(),
                  str(cfg.base.resolve()))
 
 

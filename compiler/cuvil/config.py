@@ -81,11 +81,21 @@ SCHEMA = {
                 "type": "object", "additionalProperties": False, "required": ["name", "shape"],
                 "properties": {
                     "name": {"type": "string", "minLength": 1},
-                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                    # ints, or the name of a symbolic dim declared under `dims`
+                    "shape": {"type": "array", "items": {"anyOf": [
+                        {"type": "integer", "minimum": 1},
+                        {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}]}},
                     "dtype": {"enum": DTYPES},
                     "preprocess": _PREPROCESS,
                 },
             },
+        },
+        # Symbolic dims: name -> [min, max] (the shapes a run may use; memory is planned for max).
+        "dims": {
+            "type": "object",
+            "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+            "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2,
+                                     "items": {"type": "integer", "minimum": 1}},
         },
         "outputs": {
             "type": "array",
@@ -397,6 +407,27 @@ def _check_plugins(cfg: Config) -> None:
             raise cfg.error(keys, f"no module in plugin.modules defines CUVIL_PLUGIN({name}, ...) (defined: {known})")
 
 
+def _check_dims(cfg: Config) -> None:
+    """Every symbolic input dim is declared under `dims` with min <= max, and every declared
+    dim is used (PyTorch models only: torch.export makes them symbolic)."""
+    dims = cfg.data.get("dims") or {}
+    for name, (lo, hi) in dims.items():
+        if lo > hi:
+            raise cfg.error(["dims", name], f"min {lo} is larger than max {hi}")
+    used = set()
+    for i, inp in enumerate(cfg.data.get("inputs", [])):
+        for k, d in enumerate(inp["shape"]):
+            if isinstance(d, str):
+                if d not in dims:
+                    raise cfg.error(["inputs", i, "shape", k], f"the symbolic dim {d!r} is not declared under "
+                                    f"'dims' (add `dims: {{{d}: [min, max]}}`)")
+                used.add(d)
+    for name in sorted(set(dims) - used):
+        raise cfg.error(["dims", name], f"the dim {name!r} is not used by any input's shape")
+    if dims and cfg.data["model"]["framework"] != "pytorch":
+        raise cfg.error(["dims"], "symbolic dims are supported for PyTorch models (torch.export) only")
+
+
 def _check_files(cfg: Config) -> None:
     _check_plugins(cfg)
     m = cfg.data["model"]
@@ -413,6 +444,7 @@ def _check_files(cfg: Config) -> None:
     names = [i["name"] for i in cfg.data.get("inputs", [])]
     if len(set(names)) != len(names):
         raise cfg.error(["inputs"], "input names must be unique")
+    _check_dims(cfg)
     for i, inp in enumerate(cfg.data.get("inputs", [])):
         pre = inp.get("preprocess")
         if pre and pre["kind"] == "image":

@@ -97,8 +97,10 @@ def image_config(name: str, cfg: dict, tensor: dict) -> dict:
     shape = tensor["shape"]
     if tensor["dtype"] != "f32":
         raise _bad(key, f"image inputs must be f32, input {name!r} is {tensor['dtype']}")
-    if len(shape) not in (3, 4) or (len(shape) == 4 and shape[0] != 1):
-        raise _bad(key, f"image inputs need shape [1, C, H, W] or [C, H, W] (or NHWC), got {shape}")
+    if len(shape) not in (3, 4) or (len(shape) == 4 and shape[0] != 1 and not isinstance(shape[0], str)) or \
+            any(isinstance(d, str) for d in shape[-3:]):
+        raise _bad(key, f"image inputs need shape [1, C, H, W] or [C, H, W] (or NHWC; a symbolic batch is "
+                        f"filled with one image), got {shape}")
     layout = cfg.get("layout", "NCHW")
     if layout not in _LAYOUTS:
         raise _bad(f"{key}.layout", f"must be NCHW or NHWC, got {layout!r}")
@@ -132,7 +134,8 @@ def classification_config(name: str, cfg: dict, tensor: dict) -> dict:
         raise _bad(key, f"unknown key {sorted(set(cfg) - known)[0]!r} (known: {', '.join(sorted(known))})")
     if tensor["dtype"] not in ("f32", "f16", "f64"):
         raise _bad(key, f"classification needs a float output, {name!r} is {tensor['dtype']}")
-    classes = math.prod(tensor["shape"])
+    fixed = [1 if isinstance(d, str) else d for d in tensor["shape"][:-1]]  # a symbolic batch: one row per run
+    classes = math.prod(fixed) * (tensor["shape"][-1] if tensor["shape"] and isinstance(tensor["shape"][-1], int) else 0)
     if not tensor["shape"] or classes != tensor["shape"][-1] or classes < 1:
         raise _bad(key, f"classification needs one row of scores ([K] or [1, K]), {name!r} is {tensor['shape']}")
     top_k = _positive_int(cfg.get("top_k", 5), f"{key}.top_k", 2**31 - 1)

@@ -204,6 +204,12 @@ static cuvil_status put_top_k(FILE *f, const cuvil_tensor_desc *t, const cuvil_p
     double *score = (double *)malloc((size_t)n * sizeof(double));
     unsigned char *taken = (unsigned char *)calloc((size_t)n, 1);
     double top = -INFINITY, sum = 0.0;
+    if (t->rank > 0 && n != t->shape[t->rank - 1]) { /* a symbolic batch above 1 */
+        free(score);
+        free(taken);
+        return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "classification of %s needs one row of scores, this run has %lld "
+                          "rows: write the output as .npy", t->name, (long long)(n / (t->shape[t->rank - 1] ? t->shape[t->rank - 1] : 1)));
+    }
     if (score == NULL || taken == NULL) {
         free(score);
         free(taken);
