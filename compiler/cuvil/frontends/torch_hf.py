@@ -6,16 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedOpError
+from ..ir import symdim
 from ..ir.types import broadcast_shapes
 from .torch_composite import _index as _index_one
 from .torch_ops import _norm_dim, handles
 
 
-def _wrap_negative(low, idx, n: int):
-    """Indices in [-n, n) -> [0, n), as torch's indexing accepts."""
+def _wrap_negative(low, idx, n):
+    """Indices in [-n, n) -> [0, n), as torch's indexing accepts (n: an int or symbolic dim)."""
     idx = low.cast(idx, "i64")
     neg = low.op("cuvil.lt", idx, low.const(0, "i64"))
-    return low.op("cuvil.where", neg, low.op("cuvil.add", idx, low.const(n, "i64")), idx)
+    size = low.const(n, "i64") if isinstance(n, int) else low.op("cuvil.dim", dims=[n])
+    return low.op("cuvil.where", neg, low.op("cuvil.add", idx, size), idx)
 
 
 @handles("gather")
@@ -28,18 +30,31 @@ def _gather(low, a):
     if idx.type.rank != rank:
         raise UnsupportedOpError(f"gather needs an index of the input's rank {rank}, got {idx.type}")
     d = _norm_dim(a["dim"], rank)
-    if any(i > s for k, (i, s) in enumerate(zip(idx.shape, x.shape)) if k != d):
+    off = [k for k in range(rank) if k != d]
+    if all(idx.shape[k] == 1 for k in off):
+        grid = None  # one row: the flat index is the index itself (scaled), symbolic shapes too
+    elif not (x.type.is_static and idx.type.is_static):
+        raise UnsupportedOpError(f"gather of {x.type} by {idx.type}: symbolic shapes are supported where the "
+                                 "index has size 1 off the gathered dim")
+    elif any(idx.shape[k] > x.shape[k] for k in off):
         raise UnsupportedOpError(f"gather index {list(idx.shape)} is larger than the input {list(x.shape)} off dim {d}")
-    strides = np.cumprod([1, *x.shape[::-1]])[::-1][1:].astype(np.int64)
-    grid = np.zeros(idx.shape, np.int64)
-    for k in range(rank):
-        if k != d:
+    strides = [symdim.product(x.shape[k + 1:]) for k in range(rank)]
+    if not isinstance(strides[d], int):
+        raise UnsupportedOpError(f"gather along dim {d} of {x.type}: the dims after it must be static")
+    i64 = low.cast(idx, "i64")
+    flat_idx = low.op("cuvil.mul", i64, low.const(int(strides[d]), "i64")) if strides[d] != 1 else i64
+    if grid is None:
+        grid_shape = None
+    else:
+        grid = np.zeros(idx.shape, np.int64)
+        for k in off:
             shape = [1] * rank
             shape[k] = idx.shape[k]
             grid = grid + np.arange(idx.shape[k], dtype=np.int64).reshape(shape) * strides[k]
-    i64 = low.cast(idx, "i64")
-    flat_idx = low.op("cuvil.add", low.op("cuvil.mul", i64, low.const(int(strides[d]), "i64")), low.const(grid))
-    flat = low.reshape(x, [int(np.prod(x.shape, dtype=np.int64))])
+        grid_shape = grid
+    if grid_shape is not None:
+        flat_idx = low.op("cuvil.add", flat_idx, low.const(grid_shape))
+    flat = low.reshape(x, [x.type.numel_dim])
     return low.op("cuvil.gather", flat, flat_idx, axis=0)
 
 
@@ -83,12 +98,13 @@ def _index(low, a):
     bshape = broadcast_shapes(*(idx[d].shape for d in used))
     flat = None
     for j, d in enumerate(used):
-        stride = int(np.prod(dims[j + 1:], dtype=np.int64))
+        stride = symdim.product(dims[j + 1:])
         term = _wrap_negative(low, idx[d], x.shape[d])
-        if stride != 1:
-            term = low.op("cuvil.mul", term, low.const(stride, "i64"))
+        if stride != 1:  # a symbolic stride is the dim's runtime value
+            factor = low.const(stride, "i64") if isinstance(stride, int) else low.op("cuvil.dim", dims=[stride])
+            term = low.op("cuvil.mul", term, factor)
         flat = term if flat is None else low.op("cuvil.add", flat, term)
     if tuple(flat.shape) != tuple(bshape):
         flat = low.op("cuvil.broadcast_to", flat, shape=list(bshape))
-    merged = low.reshape(x, [*x.shape[:d0], int(np.prod(dims, dtype=np.int64)), *x.shape[d0 + k:]])
+    merged = low.reshape(x, [*x.shape[:d0], symdim.product(dims), *x.shape[d0 + k:]])
     return low.op("cuvil.gather", merged, flat, axis=d0)

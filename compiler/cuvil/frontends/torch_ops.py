@@ -222,9 +222,32 @@ def _creation(low, a):
             return low.op("cuvil.broadcast_to", low.const(np.full([1] * t.rank, fill, dtype=t.np_dtype)),
                           shape=list(t.shape))
         return low.const(np.full(t.shape, fill, dtype=t.np_dtype))
+    t = low.meta_type()
+    if not t.is_static:
+        return _symbolic_creation(low, a, name, t)
     kwargs.pop("device", None)
     kwargs.pop("pin_memory", None)
     return low.const(node.target(*args, **kwargs).numpy().copy())
+
+
+def _symbolic_creation(low, a, name: str, t):
+    """Creation ops whose shape is symbolic: a constant broadcast at run time (zeros, ones,
+    full) or, for arange, the slice of a constant arange as long as the dim's upper bound."""
+    from ..ir import symdim
+    if name == "aten::arange":
+        start = a.get("start") or 0
+        step = a.get("step") or 1
+        if not isinstance(start, (int, float)) or not isinstance(step, (int, float)) or t.rank != 1:
+            raise UnsupportedOpError(f"arange with a symbolic start or step is not supported ({t})")
+        bounds = {k: tuple(v) for k, v in (low.fn.attrs.get("dim_bounds") or {}).items()}
+        n = symdim.upper_bound(t.shape[0], bounds)
+        full = low.const((start + step * np.arange(n)).astype(t.np_dtype))
+        return low.op("cuvil.slice", full, starts=[0], ends=[t.shape[0]], steps=[1])
+    fill = {"aten::zeros": 0, "aten::ones": 1}.get(name, a.get("fill_value"))
+    if fill is None:
+        raise UnsupportedOpError(f"{name} with the symbolic shape {list(t.shape)} is not supported")
+    return low.op("cuvil.broadcast_to", low.const(np.full([1] * t.rank, fill, dtype=t.np_dtype)),
+                  shape=list(t.shape))
 
 
 # -- matmul family ----------------------------------------------------------------------

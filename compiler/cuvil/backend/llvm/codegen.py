@@ -288,7 +288,9 @@ class _Codegen:
 
 
 def op_is_symbolic(op) -> bool:
-    return any(not v.type.is_static for v in [*op.results, *op.operands])
+    """Its types or dim attributes have symbolic dims: its kernel takes the dims argument."""
+    return any(not v.type.is_static for v in [*op.results, *op.operands]) or any(
+        isinstance(d, str) for key in type(op).dim_attrs for d in op.attrs.get(key) or [])
 
 
 def symbol_order(module: Module, bounds: dict) -> dict[str, int]:

@@ -15,7 +15,7 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
 from ...ir.types import TensorType
-from .symbolic import FnSizes, KType, body_block, emitting, upper
+from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    emit_program, fconst, fsize, i64, intrinsic, load, loop_nest, store)
 from .gemm import (emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
@@ -729,10 +729,12 @@ def k_broadcast_to(b, k: KernelArgs):
 def k_slice(b, k: KernelArgs):
     xt = k.in_types[0]
     for d, (e, n) in enumerate(zip(k.attrs["ends"], xt.shape)):
-        if isinstance(e, str) and upper(k.out_type.shape[d]) + k.attrs["starts"][d] > upper(n):
+        end = k.out_type.shape[d] + k.attrs["starts"][d]
+        if end == n:
+            continue
+        if upper(end) > lower(n):  # must hold for every size within the bounds
             raise BackendError(f"cuvil.slice: the end {e} of dim {d} can exceed its size {n} within the "
-                               f"symbols' bounds (at most {upper(k.out_type.shape[d]) + k.attrs['starts'][d]}); "
-                               "lower the bound")
+                               f"symbols' bounds (up to {upper(end)}); change the bounds")
     xs = contiguous_strides(xt.shape)
     off = sum(s * st for s, st in zip(k.attrs["starts"], xs))
     _copy(b, k.out, xt.dtype, k.out_type.shape, contiguous_strides(k.out_type.shape), 0, k.ins[0],
@@ -817,7 +819,13 @@ def k_resize(b, k: KernelArgs):
                 store(b, v, O, b.add(b.mul(nc, i64(oh * ow)), b.add(b.mul(y, i64(ow)), x)), dt)
 
 
+def k_dim(b, k: KernelArgs):
+    """cuvil.dim: a dim's runtime value."""
+    store(b, i64(k.attrs["dims"][0]), k.out, i64(0), "i64")
+
+
 EMITTERS = {
+    "cuvil.dim": k_dim,
     "cuvil.fused": k_fused,
     "cuvil.matmul": k_matmul,
     "cuvil.conv2d": k_conv2d,

@@ -185,6 +185,11 @@ def upper(x) -> int:
     return x.hi if isinstance(x, Size) else x
 
 
+def lower(x) -> int:
+    """The smallest value of an int or Size."""
+    return x.lo if isinstance(x, Size) else x
+
+
 def is_runtime(x) -> bool:
     return isinstance(x, Size)
 

@@ -155,8 +155,10 @@ class Slice(Op):
                 if not (0 <= s <= e <= d and k >= 1):
                     raise VerifyError(f"cuvil.slice: bad range {s}:{e}:{k} for dim {d}")
                 shape.append(max(0, -(-(e - s) // k)))
-            elif k == 1 and isinstance(s, int) and s >= 0 and (e == d or isinstance(d, int)):
-                # A symbolic end: [s, e) of the dim (the backend checks e <= d at the bounds).
+            elif k == 1 and isinstance(s, int) and s >= 0 and (e == d or isinstance(d, int) or isinstance(e, int)):
+                # A symbolic end or dim: [s, e) of the dim (the backend checks e <= d within the bounds).
+                if isinstance(e, int) and e < s:
+                    raise VerifyError(f"cuvil.slice: bad range {s}:{e}:{k} for dim {d}")
                 shape.append(symdim.sub(e, s))
             else:
                 raise VerifyError(f"cuvil.slice: range {s}:{e}:{k} of dim {d} is not supported "
@@ -210,6 +212,26 @@ class Gather(Op):
         if idx.size and (idx.min() < -n or idx.max() >= n):
             raise IndexError(f"cuvil.gather: index out of range [{-n}, {n})")
         return [np.take(x, np.where(idx < 0, idx + n, idx), axis=attrs["axis"])]
+
+
+class DimValue(Op):
+    """The value of a dim as a 0-d i64 tensor: attrs `dims` = [an int or symbolic dim text].
+    Lets a symbolic size take part in arithmetic (a flat index's stride, a mean's count)."""
+
+    name = "cuvil.dim"
+    num_operands = 0
+    dim_attrs = ("dims",)
+
+    @classmethod
+    def infer_types(cls, types, attrs):
+        dims = attrs.get("dims")
+        if not isinstance(dims, list) or len(dims) != 1:
+            raise VerifyError(f"cuvil.dim needs dims = [one dim], got {dims!r}")
+        return [TensorType((), "i64")]
+
+    @classmethod
+    def reference(cls, args, attrs):
+        return [np.int64(attrs["dims"][0])]
 
 
 # Ops that only move or view data (the memory planner may alias reshape).
