@@ -169,6 +169,19 @@ def _torch_dynamic_shapes(example_inputs, dynamic_shapes, dim_bounds):
     return tuple(out)
 
 
+def _for_signature(model, specs: tuple):
+    """dynamic_shapes in the structure torch.export expects for forward's parameters: a
+    forward(*xs) takes all inputs as one (tuple) argument."""
+    import inspect
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return specs
+    if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return (specs,)
+    return specs
+
+
 def bind(node, low: Lowering) -> dict[str, Any]:
     """Map a node's args and kwargs to schema argument names, with defaults filled in."""
     schema = getattr(node.target, "_schema", None)
@@ -205,12 +218,20 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
     inputs = tuple(torch.as_tensor(x) if isinstance(x, np.ndarray) else x for x in example_inputs)
     export_dynamic = None
     if dynamic_shapes is not None:
-        export_dynamic = _torch_dynamic_shapes(inputs, dynamic_shapes, dict(dim_bounds or {}))
+        export_dynamic = _for_signature(model, _torch_dynamic_shapes(inputs, dynamic_shapes, dict(dim_bounds or {})))
     try:
         with torch.no_grad():
             ep = torch.export.export(model, inputs, dynamic_shapes=export_dynamic)
     except Exception as e:  # torch raises many types; the user needs the message
-        raise FrontendError(f"torch.export.export failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        hint = ""
+        for spec, x in zip(dynamic_shapes or (), inputs):
+            ones = [d for d, n in zip(spec or (), getattr(x, "shape", ())) if isinstance(d, str) and n == 1]
+            if ones:
+                hint = (f" (the example input has size 1 in the symbolic dim {ones[0]!r}: torch.export "
+                        "specialises such dims; give an example of size >= 2 there)")
+                break
+        raise FrontendError(f"torch.export.export failed: {type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from e
     sig = ep.graph_signature
     if getattr(sig, "buffers_to_mutate", None):
         raise FrontendError("the model mutates buffers in forward (call model.eval()?): "
