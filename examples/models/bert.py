@@ -150,3 +150,12 @@ def cuvil_entry() -> tuple[BertEncoder, tuple[torch.Tensor, torch.Tensor]]:
     batch 1, sequence 64."""
     torch.manual_seed(0)
     return bert_encoder().eval(), example_inputs()
+
+
+def dynamic_entry() -> tuple[BertEncoder, tuple[torch.Tensor, torch.Tensor]]:
+    """Entry point for examples/bert_dynamic.yaml: the small encoder with 512 positions
+    (random weights, seed 0) and an example of batch 2, sequence 16; the config makes
+    batch and sequence length symbolic (torch.export needs examples of size >= 2 there)."""
+    torch.manual_seed(0)
+    cfg = BertConfig(max_positions=512)
+    return bert_encoder(cfg).eval(), example_inputs(batch=2, seq=16, cfg=cfg)
