@@ -86,7 +86,7 @@ def _FunctionModule(fn):
 def compile(module, example_inputs: Sequence = (), *, quantization: str = "none", threads: int = 1,
             target=None, prefix: str = "cuvil_model", jit: bool = False,
             profile: bool = False, dynamic_shapes: Sequence | None = None,
-            dim_bounds: dict | None = None) -> "CompiledModel":
+            dim_bounds: dict | None = None, specialize: Sequence[dict] = ()) -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it.
 
     The object is linked with the C runtime into a shared library exactly as
@@ -116,7 +116,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes},
                                              quantize_weights={"method": quantization}))
     target = target or host_target()
-    gen = generate(ir_module, prefix, target.vector_bits, profile=profile)
+    gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize)
     if jit:
         from .backend.llvm.jit import JitEngine
         engine = JitEngine(gen, target)
@@ -181,11 +181,13 @@ class CompiledModel:
         self._check(self._set_threads(self._ctx, threads), "set_threads")
         self.threads = threads
 
-    def _invoke(self, in_ptrs, out_ptrs, ins, env) -> None:
-        if self.symbols:  # tell the runtime this run's input shapes first
-            for i, a in enumerate(ins):
-                dims = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
-                self._check(self._set_input_shape(self._ctx, i, dims, a.ndim), "set_input_shape")
+    def _set_shapes(self, ins, env) -> None:
+        """Tell the runtime this run's input shapes (models with symbolic dims)."""
+        for i, a in enumerate(ins):
+            dims = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
+            self._check(self._set_input_shape(self._ctx, i, dims, a.ndim), "set_input_shape")
+
+    def _invoke(self, in_ptrs, out_ptrs) -> None:
         self._check(self._run(self._ctx, in_ptrs, out_ptrs), "run")
 
     def profile(self, reset: bool = True) -> list[tuple[str, str, str, int]]:
@@ -236,7 +238,9 @@ class CompiledModel:
         outs = [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        self._invoke(in_ptrs, out_ptrs, ins, env)
+        if self.symbols:
+            self._set_shapes(ins, env)
+        self._invoke(in_ptrs, out_ptrs)
         return tuple(outs)
 
     def __del__(self):
@@ -263,10 +267,12 @@ class _JitModel(CompiledModel):
     def set_threads(self, threads: int) -> None:
         raise CuvilError("the JIT path runs single-threaded")
 
-    def _invoke(self, in_ptrs, out_ptrs, ins, env) -> None:
+    def _set_shapes(self, ins, env) -> None:
+        self._dims = (ctypes.c_int64 * len(self.symbols))(*[env[s] for s in self.symbols])
+
+    def _invoke(self, in_ptrs, out_ptrs) -> None:
         if self.symbols:
-            dims = (ctypes.c_int64 * len(self.symbols))(*[env[s] for s in self.symbols])
-            self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data, dims)
+            self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data, self._dims)
         else:
             self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
 

@@ -364,6 +364,7 @@ def compile_options(cfg: Config) -> dict:
         "quantization": (d.get("quantization") or {}).get("method", "none"),
         "threads": (d.get("optimize") or {}).get("threads", 1),
         "fuse": (d.get("optimize") or {}).get("fuse", True),
+        "specialize": d.get("specialize") or [],
     }
 
 
@@ -455,7 +456,7 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     run_pipeline(module, passes)
     target = resolve_target(opts)
     name = opts["name"]
-    gen = generate(module, name, target.vector_bits)
+    gen = generate(module, name, target.vector_bits, specialize=opts.get("specialize") or ())
     plugins = opts.get("plugins") or {"postprocess": None, "custom_ops": []}
     used = sorted({op.attrs["symbol"] for op in module.main.body.ops if op.name == "cuvil.custom"})
     if used and not plugins["custom_ops"]:

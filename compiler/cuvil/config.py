@@ -97,6 +97,12 @@ SCHEMA = {
             "additionalProperties": {"type": "array", "minItems": 2, "maxItems": 2,
                                      "items": {"type": "integer", "minimum": 1}},
         },
+        # Shapes to compile also with their dims fixed (runs with those values use that code).
+        "specialize": {
+            "type": "array",
+            "items": {"type": "object", "minProperties": 1,
+                      "additionalProperties": {"type": "integer", "minimum": 1}},
+        },
         "outputs": {
             "type": "array",
             "items": {
@@ -424,6 +430,12 @@ def _check_dims(cfg: Config) -> None:
                 used.add(d)
     for name in sorted(set(dims) - used):
         raise cfg.error(["dims", name], f"the dim {name!r} is not used by any input's shape")
+    for i, spec in enumerate(cfg.data.get("specialize") or []):
+        for name, value in spec.items():
+            if name not in dims:
+                raise cfg.error(["specialize", i, name], f"{name!r} is not one of the dims ({', '.join(dims) or 'none'})")
+            if not dims[name][0] <= value <= dims[name][1]:
+                raise cfg.error(["specialize", i, name], f"{value} is outside the bounds {dims[name]} of {name!r}")
     if dims and cfg.data["model"]["framework"] != "pytorch":
         raise cfg.error(["dims"], "symbolic dims are supported for PyTorch models (torch.export) only")
 

@@ -150,3 +150,31 @@ def test_dynamic_shapes_need_names_and_bounds():
         cuvil.compile(model, (x,), dynamic_shapes=[("b", 3)], dim_bounds={"c": (1, 2)})
     with pytest.raises(CuvilError, match="size 1 in the symbolic dim 'b'.*size >= 2"):
         cuvil.compile(model, (torch.ones(1, 3),), dynamic_shapes=[("b", 3)], dim_bounds={"b": (1, 4)})
+
+
+def test_specialisations_are_compiled_alongside_and_dispatched():
+    from cuvil.backend.llvm.codegen import generate
+    from cuvil.backend.llvm.kernels import scratch_bytes
+    from cuvil.frontends.torch import capture_torch
+    from cuvil.passes.pipeline import default_pipeline, run_pipeline
+
+    w = _randn(9, 16, 8)
+    model = Fn(lambda x, w: torch.softmax(x @ w, 1).mean(1), nn.Parameter(w, requires_grad=False)).eval()
+    kw = dict(dynamic_shapes=[("b", "s", 16)], dim_bounds=BOUNDS)
+    specs = [{"b": 1, "s": 17}, {"s": 40}]
+    module = capture_torch(model, (_randn(0, 2, 3, 16),), **kw)
+    run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
+    gen = generate(module, "m", 512, specialize=specs)
+    for name in ("m_forward_any", "m_forward_s0", "m_forward_s1"):
+        assert f'define internal void @"{name}"' in gen.llvm_ir
+    plain = generate(module, "m", 512)
+    assert gen.kernels > plain.kernels  # the specialised ones come on top of the general kernels
+    cm = cuvil.compile(model, (_randn(0, 2, 3, 16),), specialize=specs, **kw)
+    for b, s in [(1, 17), (3, 40), (2, 17), (5, 9)]:  # both specialisations, then the general code
+        x = _randn(b * s, b, s, 16)
+        with torch.no_grad():
+            np.testing.assert_allclose(cm(x)[0], model(x).numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(BackendError, match=r"specialize\[0\]: s = 41 is outside its bounds \[1, 40\]"):
+        generate(module, "m", 512, specialize=[{"s": 41}])
+    with pytest.raises(BackendError, match=r"'t' is not a symbolic dim"):
+        generate(module, "m", 512, specialize=[{"t": 2}])

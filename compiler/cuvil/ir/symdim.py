@@ -186,6 +186,22 @@ def lower_bound(d, bounds: Mapping[str, tuple[int, int]]) -> int:
     return total
 
 
+def bind(d, env: Mapping[str, int]) -> int | str:
+    """A dim with the symbols in `env` replaced by their values (the others stay)."""
+    if isinstance(d, int) or not env:
+        return d
+    out: Poly = {}
+    for key, c in _poly_of(d).items():
+        rest = []
+        for s in key:
+            if s in env:
+                c *= int(env[s])
+            else:
+                rest.append(s)
+        out[tuple(rest)] = out.get(tuple(rest), 0) + c
+    return _fmt(out)
+
+
 def substitute(shape, env: Mapping[str, int]) -> list[int]:
     """A shape with every symbolic dim evaluated."""
     return [evaluate(d, env) for d in shape]

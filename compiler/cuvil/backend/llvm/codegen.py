@@ -69,8 +69,10 @@ def _inlinable(op, i: int) -> bool:
 
 
 class _Codegen:
-    def __init__(self, module: Module, prefix: str, vector_bits: int, profile: bool = False):
+    def __init__(self, module: Module, prefix: str, vector_bits: int, profile: bool = False,
+                 specialize=()):
         self.profile = profile
+        self.specializations = [dict(s) for s in specialize]
         self.profile_ops: list = []
         self.vw = max(vector_bits // 32, 1)
         self.fn = module.main
@@ -81,6 +83,20 @@ class _Codegen:
         self.blob = bytearray()
         self.bounds = {k: tuple(v) for k, v in (self.fn.attrs.get("dim_bounds") or {}).items()}
         self.symbols = symbol_order(module, self.bounds)
+        self.fixed: dict[str, int] = {}  # the specialisation being emitted (symbol -> value)
+
+    # -- symbolic dims, as seen by the forward being emitted ----------------------------------
+    def _dim(self, d):
+        return Size.of(symdim.bind(d, self.fixed), self.bounds)
+
+    def _ktype(self, t) -> KType:
+        return KType(tuple(self._dim(d) for d in t.shape), t.dtype, t.layout)
+
+    def _op_symbols(self, op) -> set[str]:
+        """The symbols of op's types and dim attributes left once the specialisation binds its own."""
+        dims = [d for v in [*op.results, *op.operands] for d in v.type.shape]
+        dims += [d for key in type(op).dim_attrs for d in op.attrs.get(key) or []]
+        return set().union(set(), *(symdim.symbols(symdim.bind(d, self.fixed)) for d in dims if isinstance(d, str)))
 
     def _packs_b(self, op) -> bool:
         """A matmul whose B is a constant 2-D f32 matrix: B is stored packed in panels."""
@@ -114,9 +130,10 @@ class _Codegen:
                   for i in range(len(op.operands)) if _inlinable(op, i)}
         attrs = {k: v for k, v in op.attrs.items() if k not in _PLAN_ATTRS}
         packed = self._packs_b(op)
+        bound = sorted((k, v) for k, v in self.fixed.items() if k in op_types_symbols(op))
         key = "|".join([op.name, format_attrs(attrs), str(op.result.type),
                         ",".join(str(v.type) for v in op.operands), repr(sorted(consts.items())), str(aliased),
-                        str(packed)])
+                        str(packed), repr(bound)])
         if key in self.kernels:
             return self.kernels[key]
         emitter = k_copy if op.name == "cuvil.reshape" else EMITTERS.get(op.name)
@@ -127,7 +144,7 @@ class _Codegen:
             emitter = EMITTERS["cuvil.fused"]
         if emitter is None:
             raise BackendError(f"no kernel for {op.name}" + (f" ({op.loc})" if op.loc else ""))
-        symbolic = op_is_symbolic(op)
+        symbolic = bool(self._op_symbols(op))
         n_args = 2 + len(op.operands)  # result, operands, scratch
         params = [PTR] * n_args + ([I64.as_pointer()] if symbolic else [])
         f = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), params),
@@ -142,11 +159,10 @@ class _Codegen:
         if symbolic:
             body_block(b)
         dims = f.args[n_args] if symbolic else None
-        types = [KType.of(t, self.bounds) for t in [op.result.type] + [v.type for v in op.operands]]
+        types = [self._ktype(t) for t in [op.result.type] + [v.type for v in op.operands]]
         typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer()) for a, t in zip(f.args[:n_args - 1], types)]
-        if symbolic:  # symbolic dim attributes (reshape's shape, slice's ends) as runtime sizes
-            attrs = {k: ([Size.of(d, self.bounds) for d in v] if k in type(op).dim_attrs else v)
-                     for k, v in attrs.items()}
+        if op_types_symbols(op) or op_is_symbolic(op):  # dim attributes (reshape's shape, slice's ends)
+            attrs = {k: ([self._dim(d) for d in v] if k in type(op).dim_attrs else v) for k, v in attrs.items()}
         args = KernelArgs(out=typed[0], out_type=types[0],
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
                           in_types=types[1:], attrs=dict(attrs), consts=consts,
@@ -202,16 +218,17 @@ class _Codegen:
         fn = self.fn
         self.layout_weights()
         wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
-        params = [PTR.as_pointer(), PTR.as_pointer(), PTR] + ([I64.as_pointer()] if self.symbols else [])
-        entry = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), params), name=f"{self.prefix}_forward")
-        entry.attributes.add("nounwind")
-        b = ir.IRBuilder(entry.append_basic_block("entry"))
-        inputs, outputs, arena = entry.args[:3]
-        dims = entry.args[3] if self.symbols else None
-        if dims is not None:
-            body_block(b)
-        with emitting(FnSizes(entry, dims, self.symbols)):
-            self._forward_body(b, fn, wsym, inputs, outputs, arena, dims)
+        if not self.specializations:
+            self._forward(f"{self.prefix}_forward", fn, wsym)
+        else:  # the general forward, one per specialisation, and a dispatcher
+            general = self._forward(f"{self.prefix}_forward_any", fn, wsym, internal=True)
+            variants = []
+            for env in self.specializations:
+                self.fixed = dict(env)
+                variants.append((env, self._forward(f"{self.prefix}_forward_s{len(variants)}", fn, wsym,
+                                                    internal=True)))
+            self.fixed = {}
+            self._dispatcher(general, variants)
         self.serial_parallel_for()
         outs = fn.outputs
         return Generated(llvm_ir=str(self.mod), weights=bytes(self.blob), prefix=self.prefix,
@@ -220,6 +237,40 @@ class _Codegen:
                          outputs=list(zip(fn.output_names, [v.type for v in outs])),
                          kernels=len(self.kernels), profile_ops=self.profile_ops,
                          symbols=[(name, *self.bounds[name]) for name in self.symbols])
+
+    def _forward(self, name, fn, wsym, internal: bool = False) -> ir.Function:
+        params = [PTR.as_pointer(), PTR.as_pointer(), PTR] + ([I64.as_pointer()] if self.symbols else [])
+        entry = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), params), name=name)
+        entry.attributes.add("nounwind")
+        if internal:
+            entry.linkage = "internal"
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        inputs, outputs, arena = entry.args[:3]
+        dims = entry.args[3] if self.symbols else None
+        if dims is not None:
+            body_block(b)
+        with emitting(FnSizes(entry, dims, self.symbols)):
+            self._forward_body(b, fn, wsym, inputs, outputs, arena, dims)
+        return entry
+
+    def _dispatcher(self, general, variants) -> None:
+        """`<prefix>_forward`: the first specialisation whose values match this run's dims,
+        else the general code."""
+        params = [PTR.as_pointer(), PTR.as_pointer(), PTR, I64.as_pointer()]
+        entry = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), params), name=f"{self.prefix}_forward")
+        entry.attributes.add("nounwind")
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        args = list(entry.args)
+        for env, fn in variants:
+            match = ir.Constant(ir.IntType(1), 1)
+            for name, value in sorted(env.items()):
+                v = b.load(b.gep(args[3], [i64(self.symbols[name])], inbounds=True))
+                match = b.and_(match, b.icmp_signed("==", v, i64(value)))
+            with b.if_then(match):
+                b.call(fn, args)
+                b.ret_void()
+        b.call(general, args)
+        b.ret_void()
 
     def _forward_body(self, b, fn, wsym, inputs, outputs, arena, dims):
         wbase = b.bitcast(wsym, PTR)
@@ -271,7 +322,7 @@ class _Codegen:
             scratch = (b.gep(arena, [i64(op.attrs["scratch_offset"])], inbounds=True)
                        if "scratch_offset" in op.attrs else ir.Constant(PTR, None))
             args = [p if p is not None else ir.Constant(PTR, None) for p in ptrs] + [scratch]
-            if op_is_symbolic(op):
+            if self._op_symbols(op):
                 args.append(dims)
             if self.profile:
                 self.timed_call(b, kern, args, op)
@@ -281,10 +332,14 @@ class _Codegen:
         for j, v in enumerate(outs):
             if direct.get(id(v)) == j:
                 continue
-            n = KType.of(v.type, self.bounds).nbytes
+            n = self._ktype(v.type).nbytes
             memcpy = self.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
             b.call(memcpy, [out_ptrs[j], where(v), i64(n), ir.Constant(ir.IntType(1), 0)])
         b.ret_void()
+
+
+def op_types_symbols(op) -> set[str]:
+    return set().union(*(v.type.symbols for v in [*op.results, *op.operands]))
 
 
 def op_is_symbolic(op) -> bool:
@@ -320,8 +375,23 @@ def symbol_order(module: Module, bounds: dict) -> dict[str, int]:
 
 
 def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128,
-             profile: bool = False) -> Generated:
-    """LLVM IR text and the weights blob for a planned module."""
+             profile: bool = False, specialize=()) -> Generated:
+    """LLVM IR text and the weights blob for a planned module.
+
+    `specialize`: symbol -> value mappings (`[{"seq_len": 128}]`); for each, the forward
+    is also generated with those dims fixed at compile time, and runs whose dims match
+    take it (the first match; otherwise the general code)."""
+    bounds = module.main.attrs.get("dim_bounds") or {}
+    for i, env in enumerate(specialize):
+        for name, value in env.items():
+            if name not in bounds:
+                raise BackendError(f"specialize[{i}]: {name!r} is not a symbolic dim of the model "
+                                   f"(its dims: {', '.join(sorted(bounds)) or 'none'})")
+            lo, hi = bounds[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise BackendError(f"specialize[{i}]: {name} = {value!r} is outside its bounds [{lo}, {hi}]")
+    if specialize and profile:
+        raise BackendError("profiling a model with specialisations is not supported")
     if profile and sum(op.name not in ("cuvil.constant", "cuvil.return") for op in module.main.body.ops) > 4096:
         raise BackendError("profiling supports up to 4096 ops")
-    return _Codegen(module, prefix, vector_bits, profile).generate()
+    return _Codegen(module, prefix, vector_bits, profile, specialize).generate()
