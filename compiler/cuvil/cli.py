@@ -147,9 +147,13 @@ def _cmd_inspect(args) -> int:
     print("// outputs: " + ", ".join(f"{n} {v.type}" for n, v in zip(fn.output_names, fn.outputs)))
     print(f"// ops: {sum(counts.values())} (" + ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in sorted(counts.items())) + ")")
     print(f"// parameters (incl. buffers): {params} in {len(weights)} tensors ({wbytes} bytes)")
+    bounds = fn.attrs.get("dim_bounds") or {}
+    if bounds:
+        print("// symbolic dims: " + ", ".join(f"{k} in [{lo}, {hi}]" for k, (lo, hi) in bounds.items()))
     if "arena_size" in fn.attrs:
         print(f"// arena size: {fn.attrs['arena_size']} bytes "
-              f"(sum of intermediate tensors: {fn.attrs.get('intermediate_bytes', '?')} bytes)")
+              f"(sum of intermediate tensors: {fn.attrs.get('intermediate_bytes', '?')} bytes)"
+              + (" at the dims' upper bounds" if bounds else ""))
     return 0
 
 

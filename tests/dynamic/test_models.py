@@ -76,6 +76,10 @@ def test_bert_header_and_manifest_describe_the_dims(bert_exe):
     manifest = json.loads(next(cache.rglob("bert_dynamic.json")).read_text())
     assert manifest["dims"] == [{"name": "batch", "min": 1, "max": 8}, {"name": "seq_len", "min": 1, "max": 512}]
     assert manifest["outputs"][0]["shape"] == ["batch", "seq_len", 256]
+    inspect = subprocess.run([sys.executable, "-m", "cuvil.cli", "inspect", str(next(cache.rglob("*.cvir"))),
+                              "--summary"], capture_output=True, text=True)
+    assert "// symbolic dims: batch in [1, 8], seq_len in [1, 512]" in inspect.stdout
+    assert "at the dims' upper bounds" in inspect.stdout
 
 
 def test_resnet50_with_a_symbolic_batch_serves_1_and_8():
