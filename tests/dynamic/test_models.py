@@ -13,6 +13,7 @@ import torch
 
 import cuvil
 from tests.models_zoo import ZOO
+from tests.targets.helpers import CROSS
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -130,3 +131,42 @@ def test_minilm_with_symbolic_batch_and_sequence_length():
         cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
         assert got.shape == (batch, 384) and float(cos.min()) >= 0.9999, (batch, seq)
         assert float(np.abs(got - ref).max()) <= 1e-4
+
+
+SMALL_BERT = f"""\
+model:
+  framework: pytorch
+  name: bert_small
+  module: examples.models.bert
+  entry: dynamic_entry
+  python_path: [{ROOT}]
+inputs:
+  - {{name: input_ids, shape: [batch, seq_len], dtype: i64}}
+  - {{name: attention_mask, shape: [batch, seq_len], dtype: i64}}
+dims: {{batch: [1, 3], seq_len: [1, 24]}}
+"""
+
+
+@pytest.mark.parametrize("target", CROSS)
+def test_symbolic_dims_on_cross_targets(tmp_path, target):
+    """The same symbolic-dim code for aarch64 (NEON, under qemu) and wasm32-wasi (SIMD128,
+    under Node's WASI): one executable at several shapes, against torch."""
+    (tmp_path / "c.yaml").write_text(SMALL_BERT)
+    exe = tmp_path / ("bert.wasm" if target == "wasm32-wasi" else "bert")
+    proc = subprocess.run([sys.executable, "-m", "cuvil.cli", "build", "--config", str(tmp_path / "c.yaml"),
+                           "--output", str(exe), "--target", target], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    model, _ = dynamic_entry()
+    for batch, seq in [(1, 5), (3, 24)]:
+        ids, mask = example_inputs(seed=seq, batch=batch, seq=seq, cfg=BertConfig(max_positions=512))
+        np.save(tmp_path / "ids.npy", ids.numpy())
+        np.save(tmp_path / "mask.npy", mask.numpy())
+        run = subprocess.run([sys.executable, "-m", "cuvil.cli", "run", str(exe), "--input",
+                              f"input_ids={tmp_path / 'ids.npy'}", "--input", f"attention_mask={tmp_path / 'mask.npy'}",
+                              "--output", str(tmp_path / "out.npy")], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        got = np.load(tmp_path / "out.npy")
+        with torch.no_grad():
+            ref = model(ids, mask).numpy()
+        assert got.shape == ref.shape
+        assert float(np.abs(got - ref).max()) <= BERT_TOL * float(np.abs(ref).max())
