@@ -82,9 +82,8 @@ SCHEMA = {
                 "properties": {
                     "name": {"type": "string", "minLength": 1},
                     # ints, or the name of a symbolic dim declared under `dims`
-                    "shape": {"type": "array", "items": {"anyOf": [
-                        {"type": "integer", "minimum": 1},
-                        {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}]}},
+                    "shape": {"type": "array", "items": {"type": ["integer", "string"], "minimum": 1,
+                                                         "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}},
                     "dtype": {"enum": DTYPES},
                     "preprocess": _PREPROCESS,
                 },

@@ -31,8 +31,9 @@ def _gather(low, a):
         raise UnsupportedOpError(f"gather needs an index of the input's rank {rank}, got {idx.type}")
     d = _norm_dim(a["dim"], rank)
     off = [k for k in range(rank) if k != d]
-    if all(idx.shape[k] == 1 for k in off):
-        grid = None  # one row: the flat index is the index itself (scaled), symbolic shapes too
+    one_row = all(idx.shape[k] == 1 for k in off)  # the flat index is the index itself (scaled)
+    if one_row:
+        pass
     elif not (x.type.is_static and idx.type.is_static):
         raise UnsupportedOpError(f"gather of {x.type} by {idx.type}: symbolic shapes are supported where the "
                                  "index has size 1 off the gathered dim")
@@ -43,17 +44,13 @@ def _gather(low, a):
         raise UnsupportedOpError(f"gather along dim {d} of {x.type}: the dims after it must be static")
     i64 = low.cast(idx, "i64")
     flat_idx = low.op("cuvil.mul", i64, low.const(int(strides[d]), "i64")) if strides[d] != 1 else i64
-    if grid is None:
-        grid_shape = None
-    else:
+    if not one_row:  # plus the flat offsets of the other coordinates: a constant grid
         grid = np.zeros(idx.shape, np.int64)
         for k in off:
             shape = [1] * rank
             shape[k] = idx.shape[k]
             grid = grid + np.arange(idx.shape[k], dtype=np.int64).reshape(shape) * strides[k]
-        grid_shape = grid
-    if grid_shape is not None:
-        flat_idx = low.op("cuvil.add", flat_idx, low.const(grid_shape))
+        flat_idx = low.op("cuvil.add", flat_idx, low.const(grid))
     flat = low.reshape(x, [x.type.numel_dim])
     return low.op("cuvil.gather", flat, flat_idx, axis=0)
 
