@@ -178,3 +178,21 @@ def test_specialisations_are_compiled_alongside_and_dispatched():
         generate(module, "m", 512, specialize=[{"s": 41}])
     with pytest.raises(BackendError, match=r"'t' is not a symbolic dim"):
         generate(module, "m", 512, specialize=[{"t": 2}])
+
+
+def test_symbolic_code_generation_is_deterministic():
+    from cuvil.backend.llvm.codegen import generate
+    from cuvil.backend.llvm.kernels import scratch_bytes
+    from cuvil.backend.llvm.target import compile_to_object, host_target
+    from cuvil.frontends.torch import capture_torch
+    from cuvil.passes.pipeline import default_pipeline, run_pipeline
+
+    w = _randn(3, 16, 8)
+    outputs = []
+    for _ in range(2):
+        model = Fn(lambda x, w: torch.softmax(x @ w, 1), nn.Parameter(w.clone(), requires_grad=False)).eval()
+        module = capture_torch(model, (_randn(0, 2, 3, 16),), dynamic_shapes=[("b", "s", 16)], dim_bounds=BOUNDS)
+        run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
+        gen = generate(module, "m", host_target().vector_bits, specialize=[{"s": 8}])
+        outputs.append((gen.llvm_ir, gen.weights, compile_to_object(gen.llvm_ir, host_target())))
+    assert outputs[0] == outputs[1]
