@@ -18,7 +18,7 @@ from .errors import CuvilError
 from .ir import Module, read_bundle, write_bundle
 from .ir.types import TensorType
 
-QUANTIZATION_MODES = ("none", "fp16")
+QUANTIZATION_MODES = ("none", "fp16", "int4_block")
 
 
 def capture(module, example_inputs: Sequence, path: str | os.PathLike) -> Module:

@@ -3,7 +3,9 @@
 `fp16`: every f32 constant used as a conv2d weight (operand 1) or a matmul B operand
 (operand 1) is replaced by an f16 copy; the kernels widen it to f32 as they load it and
 accumulate in f32. Weight bytes halve; results move by about fp16's rounding of the
-weights (relative 2^-11 per weight). `none` leaves the module as it is.
+weights (relative 2^-11 per weight). `int4_block`: the weights the int4 GEMM kernels
+can read become 4-bit blocks (quantize_int4.py), the others fp16. `none` leaves the
+module as it is.
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ import numpy as np
 from ..errors import CuvilError
 from ..ir import Module
 from ..ir.ops.shape import Constant
+from .quantize_int4 import int4_layout, int4_weight
 
-METHODS = ("none", "fp16")
+METHODS = ("none", "fp16", "int4_block")
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class QuantizeWeights:
         if self.method == "none":
             return
         fn = module.main
-        converted: dict[int, object] = {}  # id(f32 weight value) -> its f16 copy
+        converted: dict[tuple, object] = {}  # (id(f32 weight), int4 out_axis or None) -> its copy
         originals = []
         for op in list(fn.body.ops):
             if op.name not in ("cuvil.conv2d", "cuvil.matmul") or len(op.operands) < 2:
@@ -41,13 +44,18 @@ class QuantizeWeights:
                 continue
             if op.operands[0].dtype != "f32":
                 continue
-            if id(w) not in converted:
-                half = Constant(c.value.astype(np.float16), f"{c.attrs['name']}.f16", c.loc)
-                fn.body.insert_before(c, half)
-                converted[id(w)] = half.result
+            axis = int4_layout(op) if self.method == "int4_block" else None
+            key = (id(w), axis)
+            if key not in converted:
+                if axis is None:
+                    half = Constant(c.value.astype(np.float16), f"{c.attrs['name']}.f16", c.loc)
+                    fn.body.insert_before(c, half)
+                    converted[key] = half.result
+                else:
+                    converted[key] = int4_weight(fn, c, axis)
                 originals.append(w)
-            op.set_operand(1, converted[id(w)])
-        for w in originals:  # the f32 originals no other op uses any more
+            op.set_operand(1, converted[key])
+        for w in dict.fromkeys(originals):  # the f32 originals no other op uses any more
             if not w.uses:
                 fn.body.erase(w.defining_op)
 
