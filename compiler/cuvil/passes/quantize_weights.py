@@ -4,8 +4,10 @@
 (operand 1) is replaced by an f16 copy; the kernels widen it to f32 as they load it and
 accumulate in f32. Weight bytes halve; results move by about fp16's rounding of the
 weights (relative 2^-11 per weight). `int4_block`: the weights the int4 GEMM kernels
-can read become 4-bit blocks (quantize_int4.py), the others fp16. `none` leaves the
-module as it is.
+can read become 4-bit blocks (quantize_int4.py), the others fp16. `int8_sym`: integer
+conv2d/matmul with per-channel int8 weights and per-tensor activations calibrated on
+`calibration` (a sequence of input tuples; quantize_int8.py); other weights stay f32.
+`none` leaves the module as it is.
 """
 from __future__ import annotations
 
@@ -17,13 +19,19 @@ from ..errors import CuvilError
 from ..ir import Module
 from ..ir.ops.shape import Constant
 from .quantize_int4 import int4_layout, int4_weight
+from .quantize_int8 import int8_rewrite
 
-METHODS = ("none", "fp16", "int4_block")
+METHODS = ("none", "fp16", "int4_block", "int8_sym")
 
 
 @dataclass(frozen=True)
 class QuantizeWeights:
     method: str = "none"
+    calibration: tuple = ()       # int8_sym: input tuples (or any iterable of them)
+    activation: str = "u8"        # int8_sym: u8 asymmetric or i8 symmetric activations
+    ranges: str = "minmax"        # int8_sym: minmax or percentile (calibrate.py)
+    percentile: float = 99.99
+    keep_f32: int = 0             # int8_sym: this many most sensitive ops stay f32
     name: str = "quantize-weights"
 
     def apply(self, module: Module) -> None:
@@ -33,6 +41,10 @@ class QuantizeWeights:
         if self.method == "none":
             return
         fn = module.main
+        if self.method == "int8_sym":
+            fn.attrs["quantization"] = int8_rewrite(fn, self.calibration, self.activation, self.ranges,
+                                                    self.percentile, self.keep_f32)
+            return
         converted: dict[tuple, object] = {}  # (id(f32 weight), int4 out_axis or None) -> its copy
         originals = []
         for op in list(fn.body.ops):

@@ -13,6 +13,15 @@ element j + 16 the high nibble of qs[j]; a nibble c means (c - 8) * d. d is the
 element of largest magnitude divided by -8 (so that element gets code 0 exactly), the
 others round to nearest. q is laid out [rows, blocks, 18].
 
+scheme "int8_channel": operands (q i8 [rows, L], scale f32 [rows]), symmetric per
+output channel: the weight is q * scale (q in -127..127, scale = max |w| / 127).
+
+Activations (`act_quant`, an attribute of conv2d / matmul): the op's operand 0 is
+quantized per tensor before the product, {scale, zero_point, dtype}: q = clip(rint(x *
+(1/scale)) + zero_point) to u8 (0..255, asymmetric) or i8 (-127..127, symmetric,
+zero_point 0), and the product sees (q - zero_point) * scale (`fake_quant`). The
+backend computes exactly that in integers (int32 accumulation) and rescales.
+
 The backend consumes a `cuvil.dequantize` inside the conv2d/matmul kernel that uses it
 (the weight is never materialised in f32), so the memory planner gives it no arena.
 """
@@ -26,7 +35,8 @@ from ..types import TensorType
 
 QK = 32                 # elements per int4 block
 Q4_BLOCK_BYTES = 2 + QK // 2
-SCHEMES = ("int4_block",)
+SCHEMES = ("int4_block", "int8_channel")
+ACT_RANGES = {"u8": (0, 255), "i8": (-127, 127)}
 
 
 def as_rows(w: np.ndarray, out_axis: int) -> np.ndarray:
@@ -69,27 +79,45 @@ def q4_decode(q: np.ndarray, length: int) -> np.ndarray:
     return x.reshape(q.shape[0], -1)[:, :length]
 
 
+def fake_quant(x: np.ndarray, aq: dict) -> np.ndarray:
+    """x quantized per tensor as `act_quant` aq says, and mapped back to f32."""
+    lo, hi = ACT_RANGES[aq["dtype"]]
+    inv = np.float32(1.0 / aq["scale"])
+    q = np.clip(np.rint(x.astype(np.float32) * inv) + np.float32(aq["zero_point"]), lo, hi)
+    return ((q - aq["zero_point"]) * np.float64(aq["scale"])).astype(np.float32)
+
+
 class Dequantize(Op):
-    """attrs: scheme (SCHEMES), shape (the f32 weight's shape), out_axis."""
+    """attrs: scheme (SCHEMES), shape (the f32 weight's shape), out_axis. Operands: the
+    u8 int4 blocks, or the i8 codes and the f32 per-channel scales."""
 
     name = "cuvil.dequantize"
-    num_operands = 1
 
     @classmethod
     def infer_types(cls, types, attrs):
-        q, shape, axis = types[0], tuple(attrs["shape"]), attrs["out_axis"]
-        if attrs["scheme"] not in SCHEMES:
-            raise VerifyError(f"cuvil.dequantize: unknown scheme {attrs['scheme']!r}")
-        if q.dtype != "u8" or not 0 <= axis < len(shape):
-            raise VerifyError(f"cuvil.dequantize needs a u8 operand and an out_axis < {len(shape)}, got {q}")
-        length = int(np.prod(shape)) // shape[axis]
-        want = (shape[axis], q4_blocks(length), Q4_BLOCK_BYTES)
-        if tuple(q.shape) != want:
-            raise VerifyError(f"cuvil.dequantize: int4_block data for {list(shape)} is {list(want)}, got {q}")
+        q, shape, axis, scheme = types[0], tuple(attrs["shape"]), attrs["out_axis"], attrs["scheme"]
+        if scheme not in SCHEMES:
+            raise VerifyError(f"cuvil.dequantize: unknown scheme {scheme!r}")
+        if not 0 <= axis < len(shape):
+            raise VerifyError(f"cuvil.dequantize: out_axis {axis} of a rank-{len(shape)} weight")
+        rows = shape[axis]
+        length = int(np.prod(shape)) // rows
+        if scheme == "int4_block":
+            want, operands = [((rows, q4_blocks(length), Q4_BLOCK_BYTES), "u8")], 1
+        else:
+            want, operands = [((rows, length), "i8"), ((rows,), "f32")], 2
+        got = [(tuple(t.shape), t.dtype) for t in types]
+        if got != want:
+            raise VerifyError(f"cuvil.dequantize: {scheme} data for {list(shape)} is "
+                              f"{', '.join(f'{d}{list(s)}' for s, d in want)}, got {', '.join(map(str, types))}")
         return [TensorType(shape, "f32")]
 
     @classmethod
     def reference(cls, args, attrs):
         shape, axis = tuple(attrs["shape"]), attrs["out_axis"]
         length = int(np.prod(shape)) // shape[axis]
-        return [from_rows(q4_decode(args[0], length), shape, axis)]
+        if attrs["scheme"] == "int8_channel":
+            rows = args[0].astype(np.float32) * args[1][:, None]
+        else:
+            rows = q4_decode(args[0], length)
+        return [from_rows(rows, shape, axis)]
