@@ -8,9 +8,9 @@ over max(|lo|, |hi|). The backend multiplies the integers with int32 accumulatio
 rescales to f32 in the epilogue (bias, activation, residual follow in f32).
 
 Candidates are the ops the int8 kernels take: a 2-D constant matmul B, a conv2d with a
-GEMM shape (not depthwise). `keep_f32` of them (the largest output error on the first
-calibration input) stay f32; the function's `quantization` attribute lists what was
-kept and why.
+GEMM shape (not depthwise). The `keep_f32` candidates with the largest relative output
+error (int8 against f32, on the first calibration input) stay f32; the function's
+`quantization` attribute lists them (`index` counts the candidates in program order).
 """
 from __future__ import annotations
 
@@ -87,7 +87,9 @@ def int8_rewrite(fn, calibration, act_dtype: str, ranges: str, percentile: float
         errs = output_errors(fn, batches[0], {id(op): _fake_output(op, params[id(op)], int8_candidate(op))
                                               for op in ops})
         worst = sorted(ops, key=lambda op: -errs[id(op)])[:keep_f32]
-        kept = [{"op": op.name, "loc": op.loc, "error": round(errs[id(op)], 5)} for op in worst]
+        index = {id(op): i for i, op in enumerate(ops)}
+        kept = [{"op": op.name, "index": index[id(op)], "weight": list(op.operands[1].shape), "loc": op.loc,
+                 "error": round(errs[id(op)], 5)} for op in worst]
         ops = [op for op in ops if op not in worst]
     done: dict[tuple, object] = {}
     for op in ops:
