@@ -18,7 +18,7 @@ from .errors import CuvilError
 from .ir import Module, read_bundle, write_bundle
 from .ir.types import TensorType
 
-QUANTIZATION_MODES = ("none", "fp16")
+QUANTIZATION_MODES = ("none", "fp16", "int4_block", "int8_sym")
 
 
 def capture(module, example_inputs: Sequence, path: str | os.PathLike) -> Module:
@@ -85,8 +85,9 @@ def _FunctionModule(fn):
 
 def compile(module, example_inputs: Sequence = (), *, quantization: str = "none", threads: int = 1,
             target=None, prefix: str = "cuvil_model", jit: bool = False,
-            profile: bool = False, dynamic_shapes: Sequence | None = None,
-            dim_bounds: dict | None = None, specialize: Sequence[dict] = ()) -> "CompiledModel":
+            profile: bool = False, calibration=None, quantization_options: dict | None = None,
+            dynamic_shapes: Sequence | None = None, dim_bounds: dict | None = None,
+            specialize: Sequence[dict] = ()) -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it.
 
     The object is linked with the C runtime into a shared library exactly as
@@ -95,11 +96,17 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     JIT-compiled in-process instead (for tests; runs serially). With `profile=True`
     every kernel call is timed (cycle counter); `CompiledModel.profile()` reports it.
 
+    `quantization="int8_sym"` needs `calibration`: an iterable of input tuples (NumPy
+    arrays, shaped like example_inputs) that the interpreter runs to find activation
+    ranges. `quantization_options` sets the quantize-weights pass's other fields
+    (activation="u8"|"i8", ranges="minmax"|"percentile", percentile, keep_f32).
+
     Symbolic dims (PyTorch models): `dynamic_shapes` names the dims per input
     (`[("batch", "seq_len"), ("batch", "seq_len")]`; ints or None for static dims, None
     for a static input) and `dim_bounds` bounds each name (`{"batch": (1, 32)}`). The
     compiled model then takes any shape within the bounds; its arena is sized for the
-    upper bounds."""
+    upper bounds. `specialize` (`[{"seq_len": 128}]`) also compiles the code for those
+    values with the dims fixed; runs with matching shapes take it."""
     from .backend.llvm.codegen import generate
     from .backend.llvm.kernels import scratch_bytes
     from .backend.llvm.target import compile_to_object, host_target
@@ -112,9 +119,14 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
         raise CuvilError(f"quantization {quantization!r} is not supported (supported: {', '.join(QUANTIZATION_MODES)})")
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
+    qopts = {"method": quantization, **(quantization_options or {})}
+    if quantization == "int8_sym":
+        if calibration is None:
+            raise CuvilError("quantization='int8_sym' needs calibration=[input tuples] for the activation ranges")
+        qopts["calibration"] = tuple(tuple(np.asarray(a) for a in (c if isinstance(c, (tuple, list)) else (c,)))
+                                     for c in calibration)
     ir_module = _to_ir(module, example_inputs, dynamic_shapes, dim_bounds)
-    run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes},
-                                             quantize_weights={"method": quantization}))
+    run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights=qopts))
     target = target or host_target()
     gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize)
     if jit:

@@ -500,7 +500,7 @@ def signature_ir(prefix: str, triple: str) -> str:
     return f'\n@{prefix}_signature = hidden constant [{len(text)} x i8] c"{body}", align 1\n'
 
 
-IMPLEMENTED_QUANTIZATION = ("none", "fp16")
+IMPLEMENTED_QUANTIZATION = ("none", "fp16", "int4_block")
 
 
 def cached_compile(cvir: Path, opts: dict, cache: Cache) -> Path:

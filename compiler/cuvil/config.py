@@ -26,7 +26,7 @@ from .errors import CuvilError
 DTYPES = ["f32", "f16", "f64", "i64", "i32", "i8", "u8", "bool"]
 TARGETS = ["host", "x86_64-linux-gnu", "aarch64-linux-gnu", "wasm32-wasi"]
 HOST_TARGET = "x86_64-linux-gnu"  # what `host` means (the only host Cuvil supports)
-QUANT_METHODS = ["none", "fp16"]        # int8_sym / int4_block arrive with the quantization work
+QUANT_METHODS = ["none", "fp16", "int4_block"]  # int8_sym arrives with calibration
 ARTIFACTS = ["executable", "shared", "static"]
 
 _C_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -165,7 +165,7 @@ def _override_schema() -> dict:
 SCHEMA["properties"]["overrides"] = {"type": "array", "items": _override_schema()}
 
 _LATER = {
-    ("quantization", "method"): "implemented quantization methods: none, fp16 (int8_sym and int4_block are not yet)",
+    ("quantization", "method"): "implemented quantization methods: none, fp16, int4_block (int8_sym is not yet)",
 }
 
 

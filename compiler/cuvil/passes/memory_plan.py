@@ -29,6 +29,11 @@ from ..ir import Function, Module, Op, Value
 ALIGN = 64
 
 
+# Ops without arena memory: weights (constants, and quantized weights, which the
+# conv2d/matmul kernels that use them read in place) and the terminator.
+UNPLANNED = ("cuvil.constant", "cuvil.dequantize", "cuvil.return")
+
+
 def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
@@ -98,7 +103,7 @@ class MemoryPlan:
         for i, op in enumerate(ops):
             for key in ("arena_offset", "alias", "scratch_offset", "scratch_bytes"):
                 op.attrs.pop(key, None)
-            if op.name in ("cuvil.constant", "cuvil.return"):
+            if op.name in UNPLANNED:
                 continue
             if len(op.results) != 1:
                 raise CuvilError(f"memory planning supports single-result ops, not {op.name}")
@@ -179,7 +184,7 @@ def check_plan(fn: Function) -> None:
         for v in op.operands:  # a use of an alias keeps its source alive
             if id(v) in root:
                 spans[id(root[id(v)])].end = i
-        if op.name in ("cuvil.constant", "cuvil.return"):
+        if op.name in UNPLANNED:
             continue
         r, where = op.result, f"op {i} ({op.name})"
         if id(r) in returned:

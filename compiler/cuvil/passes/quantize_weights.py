@@ -3,7 +3,11 @@
 `fp16`: every f32 constant used as a conv2d weight (operand 1) or a matmul B operand
 (operand 1) is replaced by an f16 copy; the kernels widen it to f32 as they load it and
 accumulate in f32. Weight bytes halve; results move by about fp16's rounding of the
-weights (relative 2^-11 per weight). `none` leaves the module as it is.
+weights (relative 2^-11 per weight). `int4_block`: the weights the int4 GEMM kernels
+can read become 4-bit blocks (quantize_int4.py), the others fp16. `int8_sym`: integer
+conv2d/matmul with per-channel int8 weights and per-tensor activations calibrated on
+`calibration` (a sequence of input tuples; quantize_int8.py); other weights stay f32.
+`none` leaves the module as it is.
 """
 from __future__ import annotations
 
@@ -14,13 +18,20 @@ import numpy as np
 from ..errors import CuvilError
 from ..ir import Module
 from ..ir.ops.shape import Constant
+from .quantize_int4 import int4_layout, int4_weight
+from .quantize_int8 import int8_rewrite
 
-METHODS = ("none", "fp16")
+METHODS = ("none", "fp16", "int4_block", "int8_sym")
 
 
 @dataclass(frozen=True)
 class QuantizeWeights:
     method: str = "none"
+    calibration: tuple = ()       # int8_sym: input tuples (or any iterable of them)
+    activation: str = "u8"        # int8_sym: u8 asymmetric or i8 symmetric activations
+    ranges: str = "minmax"        # int8_sym: minmax or percentile (calibrate.py)
+    percentile: float = 99.99
+    keep_f32: int = 0             # int8_sym: this many most sensitive ops stay f32
     name: str = "quantize-weights"
 
     def apply(self, module: Module) -> None:
@@ -30,7 +41,11 @@ class QuantizeWeights:
         if self.method == "none":
             return
         fn = module.main
-        converted: dict[int, object] = {}  # id(f32 weight value) -> its f16 copy
+        if self.method == "int8_sym":
+            fn.attrs["quantization"] = int8_rewrite(fn, self.calibration, self.activation, self.ranges,
+                                                    self.percentile, self.keep_f32)
+            return
+        converted: dict[tuple, object] = {}  # (id(f32 weight), int4 out_axis or None) -> its copy
         originals = []
         for op in list(fn.body.ops):
             if op.name not in ("cuvil.conv2d", "cuvil.matmul") or len(op.operands) < 2:
@@ -41,13 +56,18 @@ class QuantizeWeights:
                 continue
             if op.operands[0].dtype != "f32":
                 continue
-            if id(w) not in converted:
-                half = Constant(c.value.astype(np.float16), f"{c.attrs['name']}.f16", c.loc)
-                fn.body.insert_before(c, half)
-                converted[id(w)] = half.result
+            axis = int4_layout(op) if self.method == "int4_block" else None
+            key = (id(w), axis)
+            if key not in converted:
+                if axis is None:
+                    half = Constant(c.value.astype(np.float16), f"{c.attrs['name']}.f16", c.loc)
+                    fn.body.insert_before(c, half)
+                    converted[key] = half.result
+                else:
+                    converted[key] = int4_weight(fn, c, axis)
                 originals.append(w)
-            op.set_operand(1, converted[id(w)])
-        for w in originals:  # the f32 originals no other op uses any more
+            op.set_operand(1, converted[key])
+        for w in dict.fromkeys(originals):  # the f32 originals no other op uses any more
             if not w.uses:
                 fn.body.erase(w.defining_op)
 

@@ -27,6 +27,7 @@ from .emit import I8, I64, MEM_TYPES, PTR, i64
 from .custom import emit_custom
 from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
 from .gemm import pack_b
+from . import qkernels
 from .symbolic import FnSizes, KType, Size, SymbolicDecision, body_block, emitting
 from .weights import WEIGHTS_ALIGN, declare_weights
 
@@ -121,8 +122,12 @@ class _Codegen:
             uses = [(u, i) for u in op.result.uses for i, v in enumerate(u.operands) if v is op.result]
             if any(i == 1 and self._packs_b(u) for u, i in uses):
                 self._add_blob((id(op.result), "packed"), pack_b(op.value, self.vw))
-            if any(not _inlinable(u, i) and not (i == 1 and self._packs_b(u)) for u, i in uses):
+            if any(not _inlinable(u, i) and not (i == 1 and self._packs_b(u)) and u.name != "cuvil.dequantize"
+                   for u, i in uses):
                 self._add_blob(id(op.result), op.value)
+        for op in self.fn.body.ops:  # int4 weights, in the layout their kernels read (qkernels.py)
+            if op.name == "cuvil.dequantize":
+                self._add_blob(id(op.result), qkernels.quantized_blob(op, self.vw))
         self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
 
     def kernel(self, op, aliased: bool) -> ir.Function:
@@ -130,15 +135,18 @@ class _Codegen:
                   for i in range(len(op.operands)) if _inlinable(op, i)}
         attrs = {k: v for k, v in op.attrs.items() if k not in _PLAN_ATTRS}
         packed = self._packs_b(op)
+        q4 = qkernels.quantized_weight(op)
         bound = sorted((k, v) for k, v in self.fixed.items() if k in op_types_symbols(op))
         key = "|".join([op.name, format_attrs(attrs), str(op.result.type),
                         ",".join(str(v.type) for v in op.operands), repr(sorted(consts.items())), str(aliased),
-                        str(packed), repr(bound)])
+                        str(packed), str(q4), repr(bound)])
         if key in self.kernels:
             return self.kernels[key]
         emitter = k_copy if op.name == "cuvil.reshape" else EMITTERS.get(op.name)
         if op.name == "cuvil.custom":  # a call to a plugin's C function (custom.py)
             emitter = emit_custom
+        if q4:
+            emitter = qkernels.EMITTERS[op.name]
         if op.name in ELEMENTWISE:  # a bare elementwise op (fusion turned off): a one-step program
             attrs = {"program": [[op.name.split(".", 1)[1], list(range(len(op.operands))), attrs]]}
             emitter = EMITTERS["cuvil.fused"]
@@ -290,7 +298,7 @@ class _Codegen:
             if id(v) in loc:
                 return loc[id(v)]
             op = v.defining_op
-            if op.name == "cuvil.constant":
+            if op.name in ("cuvil.constant", "cuvil.dequantize"):
                 p = b.gep(wbase, [i64(self.weight_offsets[id(v)])], inbounds=True)
             elif id(v) in direct:
                 p = out_ptrs[direct[id(v)]]
@@ -304,7 +312,7 @@ class _Codegen:
             return p
 
         for op in fn.body.ops:
-            if op.name in ("cuvil.constant", "cuvil.return") or op.attrs.get("alias"):
+            if op.name in ("cuvil.constant", "cuvil.dequantize", "cuvil.return") or op.attrs.get("alias"):
                 continue
             if len(op.results) != 1:
                 raise BackendError(f"{op.name}: multi-result ops are not supported by the backend")

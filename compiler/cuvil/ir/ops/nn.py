@@ -16,6 +16,7 @@ from ...errors import VerifyError
 from ..core import Op
 from ..types import FLOAT_DTYPES, TensorType, broadcast_shapes
 from .elementwise import eval_program, infer_program
+from .quant import fake_quant
 
 
 def _apply_post(op_cls, raw: np.ndarray, extras, attrs) -> np.ndarray:
@@ -62,6 +63,8 @@ class MatMul(Op):
     @classmethod
     def reference(cls, args, attrs):
         a, b = args[:2]
+        if attrs.get("act_quant"):  # int8: the product of the quantized activation
+            a = fake_quant(a, attrs["act_quant"])
         raw = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
         return [_apply_post(cls, raw, args[2:], attrs)]
 
@@ -102,6 +105,8 @@ class Conv2d(Op):
     @classmethod
     def reference(cls, args, attrs):
         x, w = args[:2]
+        if attrs.get("act_quant"):  # int8: the convolution of the quantized activation
+            x = fake_quant(x, attrs["act_quant"])
         g = attrs["groups"]
         (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs["stride"], attrs["dilation"], attrs["pads"]
         n, c, _, _ = x.shape

@@ -1,0 +1,129 @@
+"""Kernels for conv2d / matmul whose weight (operand 1) is a `cuvil.dequantize` of a
+quantized constant: the weight stays 4-bit / 8-bit in the object.
+
+int4_block: the GEMM (qgemm.py) dequantises the weight in registers, f32 compute; blob:
+a matmul's B in int4 panels (qgemm.pack_q4_panels), a conv2d's plain Q4_0 rows.
+int8_channel (with the op's `act_quant`): integer GEMM (qgemm8.py); blob: qgemm8.int8_blob.
+"""
+from __future__ import annotations
+
+from ...errors import BackendError
+from .emit import I8, i64
+from .gemm import emit_pack_b, packed_work_items, panel_width
+from .kernels import KernelArgs, _epilogue, _im2col_packed, _row_epilogue, conv_geometry, parallel
+from .loops import for_range
+from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
+from .qgemm8 import emit_i8a_gemm, emit_i8b_gemm, int8_blob
+
+CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
+
+
+def quantized_weight(op) -> str | None:
+    """The scheme of op's quantized weight, if op is a conv2d/matmul that reads one."""
+    if op.name not in CONSUMERS or len(op.operands) < 2:
+        return None
+    d = op.operands[1].defining_op
+    return d.attrs["scheme"] if d is not None and d.name == "cuvil.dequantize" else None
+
+
+def quantized_blob(dq, vw: int):
+    """The bytes the object embeds for the `cuvil.dequantize` op dq (see the module doc)."""
+    q = dq.operands[0].defining_op
+    scale = dq.operands[-1].defining_op
+    if q is None or q.name != "cuvil.constant" or scale.name != "cuvil.constant":
+        raise BackendError("cuvil.dequantize of a non-constant is not supported by the backend")
+    kinds = set()
+    for u in dq.result.uses:
+        i = u.operands.index(dq.result)
+        if u.name not in CONSUMERS or i != 1 or CONSUMERS[u.name] != dq.attrs["out_axis"] \
+                or u.result.dtype != "f32" or u.operands[0].dtype != "f32":
+            raise BackendError(f"a quantized weight used by {u.name} (operand {i}) has no kernel"
+                               + (f" ({u.loc})" if u.loc else ""))
+        if u.name == "cuvil.conv2d" and not conv_geometry(u.operands[0].type, u.operands[1].type,
+                                                          u.result.type, u.attrs)[1]:
+            raise BackendError(f"a quantized conv2d weight of shape {list(u.operands[1].shape)} needs a GEMM-shaped conv"
+                               + (f" ({u.loc})" if u.loc else ""))
+        if (dq.attrs["scheme"] == "int8_channel") != bool(u.attrs.get("act_quant")):
+            raise BackendError(f"{u.name}: int8 weights need act_quant (and int4 ones none)"
+                               + (f" ({u.loc})" if u.loc else ""))
+        kinds.add(u.name)
+    if dq.attrs["scheme"] == "int8_channel":
+        return int8_blob(q.value, scale.value, kinds == {"cuvil.matmul"}, vw)
+    if kinds == {"cuvil.matmul"}:
+        return pack_q4_panels(q.value, vw)
+    return q.value
+
+
+def k_matmul_q4(b, k: KernelArgs):
+    at, bt = k.in_types[:2]
+    ot = k.out_type
+    kk, n = at.shape[-1], bt.shape[-1]
+    rows = at.numel // kk
+    epi = _row_epilogue(k, 2, ot.rank - 1)
+    if epi is not None and not epi.supports_cols:
+        raise BackendError("matmul epilogue cannot be applied per tile")
+
+    aq = k.attrs.get("act_quant")
+
+    def items(b, k2, t, _):
+        Bq = b.bitcast(k2.ins[1], I8.as_pointer())
+        epi2, span = _row_epilogue(k2, 2, ot.rank - 1), (t, b.add(t, i64(1)))
+        if aq:
+            emit_i8b_gemm(b, k2.ins[0], kk, Bq, k2.out, n, rows, n, kk, k2.vw, aq, epi2, span)
+        else:
+            emit_q4b_gemm(b, k2.ins[0], kk, Bq, k2.out, n, rows, n, kk, k2.vw, epi2, items=span)
+    parallel(b, k, packed_work_items(rows, n, k.vw), items)
+
+
+def k_conv2d_q4(b, k: KernelArgs):
+    """gemm.py's conv-as-GEMM (kernels.k_conv2d) with the quantized weight as the A rows."""
+    xt, wt = k.in_types[:2]
+    pointwise, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
+    if not gemm or k.out_type.dtype != "f32":
+        raise BackendError(f"an int4 conv2d weight {list(wt.shape)} needs a GEMM-shaped f32 conv")
+    n, c, h, w = xt.shape
+    oc, icg, kh, kw = wt.shape
+    _, _, oh, ow = k.out_type.shape
+    g = k.attrs["groups"]
+    ocg, kdim, p = oc // g, icg * kh * kw, oh * ow
+    (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
+    dt = k.out_type.dtype
+    nr = panel_width(k.vw)
+    panels = -(-p // nr)
+    epi_all = _row_epilogue(k, 2, 2)
+    tile_epilogue = epi_all is not None and epi_all.supports_cols
+    aq = k.attrs.get("act_quant")
+    with for_range(b, n * g, name="ng") as ng:
+        ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))
+        xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
+        row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
+
+        def pack(b, k2, pp, ex):
+            S = b.bitcast(k2.scratch, k2.ins[0].type)
+            if pointwise:
+                emit_pack_b(b, k2.ins[0], ex[0], p, kdim, p, S, k2.vw, k2.ins[0].type.pointee,
+                            panels=(pp, b.add(pp, i64(1))))
+            else:
+                _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt,
+                               nr, pp)
+        parallel(b, k, panels, pack, [xplane0])
+
+        def gemm_items(b, k2, t, ex):
+            rb, g_ = ex
+            S = b.bitcast(k2.scratch, k2.ins[0].type)
+            Aq = b.bitcast(k2.ins[1], I8.as_pointer())
+            epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
+            tile_epi = None if epi is None else (lambda bb, r0, mr, c0, nc: epi(bb, bb.add(rb, r0), mr, c0, nc))
+            span = (t, b.add(t, i64(1)))
+            if aq:
+                emit_i8a_gemm(b, Aq, b.mul(g_, i64(ocg)), oc, S, k2.out, b.mul(rb, i64(p)), p, ocg, p, kdim,
+                              k2.vw, aq, tile_epi, span)
+            else:
+                emit_q4a_gemm(b, Aq, b.mul(g_, i64(ocg)), S, k2.out, b.mul(rb, i64(p)), p, ocg, p, kdim, k2.vw,
+                              tile_epi, items=span)
+        parallel(b, k, packed_work_items(ocg, p, k.vw), gemm_items, [row_base, gi])
+    if epi_all is not None and not tile_epilogue:
+        _epilogue(b, k, 2)
+
+
+EMITTERS = {"cuvil.matmul": k_matmul_q4, "cuvil.conv2d": k_conv2d_q4}

@@ -1,0 +1,29 @@
+"""Shared helpers of the quantization tests: compile a Cuvil module for a chosen vector
+width (JIT on this host; LLVM splits wider vectors than the host has), run it."""
+from __future__ import annotations
+
+import numpy as np
+
+from cuvil.api import _JitModel
+from cuvil.backend.llvm.codegen import generate
+from cuvil.backend.llvm.jit import JitEngine
+from cuvil.backend.llvm.kernels import scratch_bytes
+from cuvil.backend.llvm.target import host_target
+from cuvil.passes.pipeline import default_pipeline, run_pipeline
+
+
+def quantized(module, method: str, **options):
+    """Run the default pipeline with quantization `method` on `module` (in place)."""
+    return run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes},
+                                                 quantize_weights={"method": method, **options}),
+                        verify_each=True)
+
+
+def run_native(module, arrays, vector_bits: int) -> tuple[np.ndarray, ...]:
+    gen = generate(module, "qtest", vector_bits)
+    return _JitModel(JitEngine(gen, host_target()), gen, module)(*arrays)
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.reshape(len(a), -1).astype(np.float64), b.reshape(len(b), -1).astype(np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
