@@ -163,27 +163,25 @@ def evaluate(d, env: Mapping[str, int]) -> int:
     return total
 
 
+def _extreme(d, bounds: Mapping[str, tuple[int, int]], largest: bool) -> int:
+    if isinstance(d, int):
+        return d
+    total = 0
+    for k, c in _poly_of(d).items():
+        pick = 1 if (c > 0) == largest else 0
+        total += c * prod(int(bounds[s][pick]) for s in k)
+    return total
+
+
 def upper_bound(d, bounds: Mapping[str, tuple[int, int]]) -> int:
     """The largest value of a dim over the symbols' [lo, hi] ranges (every symbol is
     positive, so a term with a positive coefficient is largest at hi, one with a
     negative coefficient at lo)."""
-    if isinstance(d, int):
-        return d
-    total = 0
-    for k, c in _poly_of(d).items():
-        pick = 1 if c > 0 else 0
-        total += c * prod(int(bounds[s][pick]) for s in k)
-    return total
+    return _extreme(d, bounds, largest=True)
 
 
 def lower_bound(d, bounds: Mapping[str, tuple[int, int]]) -> int:
-    if isinstance(d, int):
-        return d
-    total = 0
-    for k, c in _poly_of(d).items():
-        pick = 0 if c > 0 else 1
-        total += c * prod(int(bounds[s][pick]) for s in k)
-    return total
+    return _extreme(d, bounds, largest=False)
 
 
 def bind(d, env: Mapping[str, int]) -> int | str:
