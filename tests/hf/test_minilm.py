@@ -70,3 +70,45 @@ def test_minilm_executable_matches_sentence_transformers(tmp_path):
     # Different sentences get different embeddings: a constant output could not pass.
     sim = got @ got.T
     assert sim[~np.eye(len(texts), dtype=bool)].max() < 0.99
+
+
+DYNAMIC_CONFIG = CONFIG.replace(f"[{minilm_model.BATCH}, {minilm_model.SEQ}]", "[batch, seq_len]") + '''\
+dims:
+  batch: [1, 128]
+  seq_len: [1, 128]
+'''
+
+
+def test_one_minilm_executable_serves_every_sentence_length(tmp_path):
+    """Symbolic batch and sequence length: sentences tokenised without padding run one by
+    one at their own lengths, and all of them as one padded batch, in the same executable."""
+    from cuvil.build import build
+    from cuvil.config import load_config
+
+    texts = sentences()
+    st = minilm_model.load_sentence_transformer()
+    ref = st.encode(texts, convert_to_numpy=True, normalize_embeddings=True, batch_size=16)
+    (tmp_path / "config.yaml").write_text(DYNAMIC_CONFIG)
+    exe = build(load_config(tmp_path / "config.yaml"), tmp_path / "minilm", cache_dir=tmp_path / "cache",
+                log=lambda s: None)
+
+    def embed(ids, mask):
+        np.save(tmp_path / "ids.npy", ids.astype(np.int64))
+        np.save(tmp_path / "mask.npy", mask.astype(np.int64))
+        subprocess.run([str(exe), "--input", f"input_ids={tmp_path / 'ids.npy'}", "--input",
+                        f"attention_mask={tmp_path / 'mask.npy'}", "--output", str(tmp_path / "emb.npy")],
+                       check=True, capture_output=True)
+        return np.load(tmp_path / "emb.npy")
+
+    lengths = set()
+    for i in range(0, len(texts), 7):  # 11 sentences, each at its own length
+        enc = st.tokenizer([texts[i]], return_tensors="np")
+        lengths.add(enc["input_ids"].shape[1])
+        got = embed(enc["input_ids"], enc["attention_mask"])
+        assert got.shape == (1, 384)
+        assert float(got[0] @ ref[i] / np.linalg.norm(got[0]) / np.linalg.norm(ref[i])) >= 0.9999, i
+    assert len(lengths) >= 5
+    enc = st.tokenizer(texts, padding=True, return_tensors="np")  # padded to the longest sentence
+    got = embed(enc["input_ids"], enc["attention_mask"])
+    cos = (got * ref).sum(axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
+    assert got.shape == (len(texts), 384) and cos.min() >= 0.9999
