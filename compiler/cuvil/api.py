@@ -34,17 +34,21 @@ def load_ir(path: str | os.PathLike) -> Module:
 
 
 def _to_ir(module, example_inputs, dynamic_shapes=None, dim_bounds=None) -> Module:
+    from .frontends.onnx import capture_onnx, is_onnx_model
     if dynamic_shapes is not None or dim_bounds:
+        if is_onnx_model(module) and dynamic_shapes is None and dim_bounds:
+            # ONNX: the model's own dim_params name the symbolic dims
+            return capture_onnx(module, example_inputs, dim_bounds=dim_bounds)
         if dynamic_shapes is None or not dim_bounds:
             raise CuvilError("symbolic dims need both dynamic_shapes (the dim names per input) and "
-                             "dim_bounds ({name: (min, max)})")
+                             "dim_bounds ({name: (min, max)}); ONNX models need only dim_bounds for their dim_params")
         if isinstance(module, Module) or not _is_torch(module):
-            raise CuvilError("dynamic_shapes is supported for PyTorch models (capture with torch.export)")
+            raise CuvilError("dynamic_shapes is supported for PyTorch models (capture with torch.export); "
+                             "ONNX models take dim_bounds for their dim_params")
     if isinstance(module, Module):
         return module
     if isinstance(module, (str, os.PathLike)) and str(module).endswith(".cvir"):
         return read_bundle(module)
-    from .frontends.onnx import capture_onnx, is_onnx_model
     from .frontends.tf import capture_tf, is_tensorflow_model
     if is_onnx_model(module):  # an onnx.ModelProto or a .onnx path
         return capture_onnx(module, example_inputs)

@@ -273,18 +273,24 @@ def _capture_tf_or_onnx(cfg: Config):
         files = [model] if model.is_file() else sorted(p for p in model.rglob("*") if p.is_file())
     if given is None:
         rng = np.random.default_rng(0)
-        given = [rng.standard_normal(s["shape"]).astype(DTYPES[s.get("dtype", "f32")]) for s in specs]
+        given = [rng.standard_normal(_example_shape(cfg, s)).astype(DTYPES[s.get("dtype", "f32")]) for s in specs]
     given = [np.asarray(x) for x in given]
     if specs and len(specs) != len(given):
         raise cfg.error(["inputs"], f"the model takes {len(given)} inputs, the config lists {len(specs)}")
     for i, (s, x) in enumerate(zip(specs, given)):
-        if list(x.shape) != list(s["shape"]):
+        if len(x.shape) != len(s["shape"]) or any(isinstance(d, int) and d != n for d, n in zip(s["shape"], x.shape)):
             raise cfg.error(["inputs", i, "shape"], f"the model's example input has shape {list(x.shape)}")
         if "dtype" in s and dtype_of(x) != s["dtype"]:
             raise cfg.error(["inputs", i, "dtype"], f"the model's example input is {dtype_of(x)}")
     if m["framework"] == "onnx":
         from .frontends.onnx import capture_onnx
-        return capture_onnx(model, given, name_inputs=names), files
+        _, dim_bounds = _dynamic(cfg)
+        module = capture_onnx(model, given, name_inputs=names, dim_bounds=dim_bounds)
+        for i, (s, a) in enumerate(zip(specs, module.main.args)):
+            if list(a.type.shape) != list(s["shape"]):
+                raise cfg.error(["inputs", i, "shape"], f"the model's input is {list(a.type.shape)} (symbolic dims "
+                                "are the model's dim_params with bounds under 'dims')")
+        return module, files
     from .frontends.tf import capture_tf
     return capture_tf(model if "entry" in m else str(model), given, name_inputs=names), files
 

@@ -414,7 +414,7 @@ def _check_plugins(cfg: Config) -> None:
 
 def _check_dims(cfg: Config) -> None:
     """Every symbolic input dim is declared under `dims` with min <= max, and every declared
-    dim is used (PyTorch models only: torch.export makes them symbolic)."""
+    dim is used (PyTorch: torch.export makes them symbolic; ONNX: the model's dim_params)."""
     dims = cfg.data.get("dims") or {}
     for name, (lo, hi) in dims.items():
         if lo > hi:
@@ -435,8 +435,9 @@ def _check_dims(cfg: Config) -> None:
                 raise cfg.error(["specialize", i, name], f"{name!r} is not one of the dims ({', '.join(dims) or 'none'})")
             if not dims[name][0] <= value <= dims[name][1]:
                 raise cfg.error(["specialize", i, name], f"{value} is outside the bounds {dims[name]} of {name!r}")
-    if dims and cfg.data["model"]["framework"] != "pytorch":
-        raise cfg.error(["dims"], "symbolic dims are supported for PyTorch models (torch.export) only")
+    if dims and cfg.data["model"]["framework"] == "tensorflow":
+        raise cfg.error(["dims"], "symbolic dims are supported for PyTorch (torch.export) and ONNX models "
+                        "(their dim_params), not for TensorFlow yet")
 
 
 def _check_files(cfg: Config) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import FrontendError, UnsupportedOpError
 from ..ir import OP_REGISTRY, Builder, Function, Module, Value, verify
+from ..ir import symdim
 from ..ir.interpreter import evaluate_op
 from ..ir.ops.shape import Constant
 from ..ir.types import DTYPES
@@ -29,6 +30,74 @@ def const_array(v: Value) -> np.ndarray | None:
     return op.value if op is not None and op.name == "cuvil.constant" else None
 
 
+# Ops that shape tensors go through (their references handle object arrays of SymDims).
+_SHAPE_ARITH = frozenset({"cuvil.gather", "cuvil.concat", "cuvil.reshape", "cuvil.slice", "cuvil.cast",
+                          "cuvil.add", "cuvil.sub", "cuvil.mul", "cuvil.div", "cuvil.broadcast_to",
+                          "cuvil.transpose"})
+
+
+class SymDim:
+    """A symbolic dim inside a shape tensor that the frontend evaluates at capture time
+    (ONNX/TF `Shape` -> Gather -> Concat -> Reshape chains): NumPy object arrays of these
+    and ints go through the ops' references, and arithmetic follows symdim's rules."""
+
+    __slots__ = ("dim",)
+
+    def __init__(self, dim):
+        self.dim = dim
+
+    @staticmethod
+    def wrap(d):
+        return SymDim(d) if isinstance(d, str) else d
+
+    @staticmethod
+    def unwrap(d):
+        return d.dim if isinstance(d, SymDim) else int(d)
+
+    def _other(self, o):
+        if isinstance(o, SymDim):
+            return o.dim
+        if isinstance(o, (int, np.integer)):
+            return int(o)
+        raise UnsupportedOpError(f"symbolic size {self.dim} combined with {o!r}")
+
+    def __add__(self, o):
+        return SymDim.wrap(symdim.add(self.dim, self._other(o)))
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        return SymDim.wrap(symdim.sub(self.dim, self._other(o)))
+
+    def __rsub__(self, o):
+        return SymDim.wrap(symdim.sub(self._other(o), self.dim))
+
+    def __mul__(self, o):
+        return SymDim.wrap(symdim.mul(self.dim, self._other(o)))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o):
+        q = symdim.exact_div(self.dim, self._other(o))
+        if q is None:
+            raise UnsupportedOpError(f"symbolic size {self.dim} divided by {o!r} is not exact")
+        return SymDim.wrap(q)
+
+    def _cmp(self, o):
+        raise UnsupportedOpError(f"the symbolic size {self.dim} is compared at capture time")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _cmp
+
+    def __eq__(self, o):
+        return isinstance(o, SymDim) and o.dim == self.dim
+
+    def __hash__(self):
+        return hash(self.dim)
+
+    def __repr__(self):
+        return str(self.dim)
+
+
 class GraphLowering:
     """State while lowering one graph: the function being built, unique constant names,
     and the node being lowered (`where`, for error messages)."""
@@ -39,6 +108,7 @@ class GraphLowering:
         self.where = ""         # e.g. "node 'dense/MatMul' (MatMul)"
         self.node_name = ""     # base name for constants folded while lowering this node
         self._names: set[str] = set()
+        self.symbolic: dict[int, np.ndarray] = {}  # value id -> its known value with SymDims
 
     # -- constants ------------------------------------------------------------------------
     def fresh_name(self, base: str) -> str:
@@ -59,8 +129,11 @@ class GraphLowering:
         return self.b.constant(arr, self.fresh_name(name or self.node_name or "const"))
 
     def static(self, v: Value, what: str) -> np.ndarray:
-        """The array of a constant operand (shapes, axes, paddings): must be known now."""
+        """The array of a constant operand (shapes, axes, paddings): must be known now. A
+        shape computed from symbolic dims is an object array holding SymDims."""
         arr = const_array(v)
+        if arr is None:
+            arr = self.symbolic.get(id(v))
         if arr is None:
             raise UnsupportedOpError(f"{what} must be a constant (it is computed at run time here)")
         return arr
@@ -69,8 +142,47 @@ class GraphLowering:
     def op(self, name: str, *operands: Value, **attrs) -> Value:
         return self.op_multi(name, *operands, **attrs)[0]
 
+    def shape_of(self, v: Value) -> Value:
+        """The shape of v as a 1-D i64 tensor: a constant, or (symbolic dims) a tensor whose
+        value is known at capture time as SymDims (and computed at run time too)."""
+        shape = list(v.shape)
+        if all(isinstance(d, int) for d in shape):
+            return self.const(np.asarray(shape, np.int64))
+        parts = [self.const(np.asarray([d], np.int64)) if isinstance(d, int) else
+                 self.op("cuvil.reshape", self.op("cuvil.dim", dims=[d]), shape=[1]) for d in shape]
+        out = parts[0] if len(parts) == 1 else self.op("cuvil.concat", *parts, axis=0)
+        self.symbolic[id(out)] = np.asarray([SymDim.wrap(d) for d in shape], dtype=object)
+        return out
+
+    def _symbolic_fold(self, op, operands) -> list[Value] | None:
+        """An op on shape tensors with SymDims: its value at capture time (the op itself
+        stays, for run time, unless the value came out static)."""
+        if op.name not in _SHAPE_ARITH or op.results[0].dtype not in ("i64", "i32"):
+            return None
+        args = [self.symbolic.get(id(v), const_array(v)) for v in operands]
+        if any(a is None for a in args):
+            return None
+        attrs = {k: v for k, v in op.attrs.items()}
+        if op.name == "cuvil.cast":
+            outs = [args[0]]
+        else:
+            try:
+                outs = type(op).reference(args, attrs)
+            except (UnsupportedOpError, TypeError, ValueError, IndexError):
+                return None
+        out = np.asarray(outs[0], dtype=object)
+        if not any(isinstance(x, SymDim) for x in out.ravel()):
+            return [self.const(out.astype(op.results[0].type.np_dtype))]
+        r = self.b.insert(op).results
+        self.symbolic[id(r[0])] = out
+        return r
+
     def op_multi(self, name: str, *operands: Value, **attrs) -> list[Value]:
         op = OP_REGISTRY[name](list(operands), attrs, None, self.b.loc)
+        if self.symbolic and any(id(v) in self.symbolic for v in operands):
+            folded = self._symbolic_fold(op, operands)
+            if folded is not None:
+                return folded
         args = [const_array(v) for v in operands]
         if operands and all(a is not None for a in args) and self._foldable(op, args):
             try:
@@ -96,7 +208,7 @@ class GraphLowering:
         return v if v.dtype == dtype else self.op("cuvil.cast", v, dtype=dtype)
 
     def reshape(self, v: Value, shape) -> Value:
-        shape = [int(d) for d in shape]
+        shape = [d if isinstance(d, str) else int(d) for d in shape]
         return v if list(v.shape) == shape else self.op("cuvil.reshape", v, shape=shape)
 
     def transpose(self, v: Value, perm) -> Value:
@@ -104,7 +216,7 @@ class GraphLowering:
         return v if perm == sorted(perm) else self.op("cuvil.transpose", v, perm=perm)
 
     def broadcast(self, v: Value, shape) -> Value:
-        shape = [int(d) for d in shape]
+        shape = [d if isinstance(d, str) else int(d) for d in shape]
         if list(v.shape) == shape:
             return v
         if v.type.rank < len(shape):

@@ -114,8 +114,20 @@ def _declared(value_info) -> tuple[list | None, int | None]:
     return shape, tt.elem_type or None
 
 
-def capture_onnx(model, example_inputs: Sequence = (), *, name_inputs: Sequence[str] | None = None) -> Module:
-    """Lower an ONNX ModelProto (or a .onnx path) at the example inputs' shapes."""
+def _dim_params(value_info) -> list:
+    """Each declared dim's dim_param name (None where it has none)."""
+    tt = value_info.type.tensor_type
+    if not tt.HasField("shape"):
+        return []
+    return [d.dim_param if d.HasField("dim_param") else None for d in tt.shape.dim]
+
+
+def capture_onnx(model, example_inputs: Sequence = (), *, name_inputs: Sequence[str] | None = None,
+                 dim_bounds: dict | None = None) -> Module:
+    """Lower an ONNX ModelProto (or a .onnx path) at the example inputs' shapes.
+
+    With `dim_bounds` ({name: (min, max)}), an input dim the model declares with that
+    `dim_param` name stays symbolic (any size within the bounds at run time)."""
     from onnx import numpy_helper
 
     from . import onnx_ops  # noqa: F401  (registers the handlers)
@@ -129,8 +141,11 @@ def capture_onnx(model, example_inputs: Sequence = (), *, name_inputs: Sequence[
         raise FrontendError(f"the model takes {len(graph_inputs)} inputs "
                             f"({', '.join(i.name for i in graph_inputs)}), {len(example_inputs)} example inputs were given")
     types = []
+    dim_bounds = dict(dim_bounds or {})
+    used_dims: set[str] = set()
     for k, vi in enumerate(graph_inputs):
         shape, elem = _declared(vi)
+        params = _dim_params(vi)
         if example_inputs:
             x = np.asarray(example_inputs[k])
             if shape is not None and (len(shape) != x.ndim or any(d not in (None, 0, e) for d, e in zip(shape, x.shape))):
@@ -138,11 +153,20 @@ def capture_onnx(model, example_inputs: Sequence = (), *, name_inputs: Sequence[
                                     f"{[d if d else '?' for d in shape]}, the example input has {list(x.shape)}")
             dims = x.shape
         else:
-            if shape is None or any(not d for d in shape):
-                raise FrontendError(f"input {vi.name!r} has symbolic dims: give example inputs")
+            if shape is None or any(not d and p not in dim_bounds for d, p in zip(shape, params + [None] * len(shape))):
+                raise FrontendError(f"input {vi.name!r} has symbolic dims: give example inputs or bounds "
+                                    "for its dim_params")
             dims = shape
-        types.append(TensorType(tuple(int(d) for d in dims), cuvil_dtype(elem)))
+        dims = [p if p in dim_bounds else int(d) for d, p in zip(dims, params + [None] * len(dims))]
+        used_dims |= {d for d in dims if isinstance(d, str)}
+        types.append(TensorType(tuple(dims), cuvil_dtype(elem)))
+    unknown = sorted(set(dim_bounds) - used_dims)
+    if unknown:
+        raise FrontendError(f"dim_bounds names {', '.join(map(repr, unknown))}, but no input of the model "
+                            "declares such a dim_param")
     fn = Function("main", list(name_inputs or [i.name for i in graph_inputs]), types)
+    if used_dims:
+        fn.attrs["dim_bounds"] = {d: [int(v) for v in dim_bounds[d]] for d in sorted(used_dims)}
     low = Lowering(fn, _opset(model))
     for vi, arg in zip(graph_inputs, fn.args):
         low.env[vi.name] = arg

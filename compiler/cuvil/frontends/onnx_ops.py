@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir import Value
 from ..ir.types import FLOAT_DTYPES
-from .graph import const_array, lower_einsum, same_pads
+from .graph import SymDim, const_array, lower_einsum, same_pads
 from .onnx import cuvil_dtype
 
 HANDLERS: dict = {}
@@ -35,8 +35,8 @@ def _in(low, node, i: int = 0) -> Value | None:
 def _ints(low, node, i: int, what: str, attr: str | None = None, default=None):
     """An int list given as input i (newer opsets) or as attribute `attr` (older ones)."""
     v = _in(low, node, i)
-    if v is not None:
-        return [int(a) for a in np.ravel(low.static(v, f"{what} of {node.op}"))]
+    if v is not None:  # symbolic dims (from Shape) come back as their dim text
+        return [SymDim.unwrap(a) for a in np.ravel(low.static(v, f"{what} of {node.op}"))]
     if attr is not None and attr in node.attrs:
         return [int(a) for a in np.ravel(node.attr(attr))]
     return default
@@ -91,6 +91,9 @@ def _constant_of_shape(low, node):
     shape = _ints(low, node, 0, "the shape")
     value = node.attr("value")
     fill = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+    if any(isinstance(d, str) for d in shape):  # a symbolic shape: broadcast at run time
+        return low.op("cuvil.broadcast_to", low.const(np.full([1] * len(shape), fill[0], dtype=fill.dtype)),
+                      shape=shape)
     return low.const(np.full(shape, fill[0], dtype=fill.dtype))
 
 
@@ -106,14 +109,25 @@ def _cast_like(low, node):
 
 @handles("Shape")
 def _shape(low, node):
-    shape = list(_in(low, node).shape)
+    x = _in(low, node)
+    shape = list(x.shape)
     start, end = node.attr("start", 0), node.attr("end", len(shape))
-    return low.const(np.asarray(shape[slice(start, end)], np.int64))
+    if x.type.is_static:
+        return low.const(np.asarray(shape[slice(start, end)], np.int64))
+    full = low.shape_of(x)  # symbolic dims: known now as SymDims, computed at run time too
+    n = len(shape)
+    lo, hi = slice(start, end).indices(n)[:2]
+    if (lo, hi) == (0, n):
+        return full
+    return low.op("cuvil.slice", full, starts=[lo], ends=[max(hi, lo)], steps=[1])
 
 
 @handles("Size")
 def _size(low, node):
-    return low.const(np.asarray(int(np.prod(_in(low, node).shape, dtype=np.int64)), np.int64))
+    x = _in(low, node)
+    if not x.type.is_static:
+        return low.op("cuvil.dim", dims=[x.type.numel_dim])
+    return low.const(np.asarray(int(np.prod(x.shape, dtype=np.int64)), np.int64))
 
 
 @handles("Range")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedOpError
+from ..ir import symdim
 from ..ir import Value
 from ..ir.types import FLOAT_DTYPES, broadcast_shapes
 from .graph import const_array
@@ -19,8 +20,11 @@ def _reshape(low, node):
     allow_zero = node.attr("allowzero", 0)
     spec = [x.shape[i] if d == 0 and not allow_zero else d for i, d in enumerate(spec)]
     if -1 in spec:
-        known = int(np.prod([d for d in spec if d != -1], dtype=np.int64))
-        spec[spec.index(-1)] = x.type.numel // known if known else 0
+        known = symdim.product([d for d in spec if d != -1])
+        rest = symdim.exact_div(x.type.numel_dim, known) if known != 0 else 0
+        if rest is None:
+            raise UnsupportedOpError(f"Reshape of {x.type} to {spec}: {x.type.numel_dim} elements do not divide by {known}")
+        spec[spec.index(-1)] = rest
     return low.reshape(x, spec)
 
 
@@ -29,8 +33,7 @@ def _flatten(low, node):
     x = _in(low, node)
     axis = int(node.attr("axis", 1))
     axis = axis + x.type.rank if axis < 0 else axis
-    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return low.reshape(x, [outer, int(np.prod(x.shape[axis:], dtype=np.int64))])
+    return low.reshape(x, [symdim.product(x.shape[:axis]), symdim.product(x.shape[axis:])])
 
 
 @handles("Squeeze")
@@ -97,15 +100,36 @@ def _slice(low, node):
     index = [slice(None)] * x.type.rank
     for a, s, e, k in zip(axes, starts, ends, steps):
         index[_norm(a, x.type.rank)] = slice(s, e, k)
-    if arr is not None:
+    symbolic_bounds = any(isinstance(b, str) for sl in index for b in (sl.start, sl.stop))
+    if arr is not None and not symbolic_bounds:
         return low.const(np.array(arr[tuple(index)]))
     for d, sl in enumerate(index):
+        if isinstance(x.shape[d], str) or isinstance(sl.start, str) or isinstance(sl.stop, str):
+            x = _symbolic_slice(low, x, d, sl)
+            continue
         start, stop, step = sl.indices(x.shape[d])
         if step < 1:  # a reversed range: gather its indices
             x = low.op("cuvil.gather", x, low.const(np.arange(start, stop, step, dtype=np.int64)), axis=d)
         else:
             x = low.slice(x, d, start, stop, step)
     return x
+
+
+def _symbolic_slice(low, x, d, sl):
+    """A slice of a symbolic dim, or to a symbolic end: a constant start >= 0 and step 1;
+    an end at or past the dim (INT64_MAX) is the dim."""
+    n = x.shape[d]
+    start, stop, step = sl.start or 0, sl.stop, sl.step or 1
+    if stop is None or stop == n or (isinstance(stop, int) and isinstance(n, str) and stop >= 2**31):
+        stop = n
+    if isinstance(start, str) or start < 0 or step != 1 or (isinstance(stop, int) and stop < 0):
+        raise UnsupportedOpError(f"Slice {start}:{stop}:{step} of the symbolic dim {n} is not supported "
+                                 "(a constant start >= 0, step 1 and the dim or a symbolic end are)")
+    if (start, stop) == (0, n):
+        return x
+    starts, ends, steps = [0] * x.type.rank, list(x.shape), [1] * x.type.rank
+    starts[d], ends[d] = start, stop
+    return low.op("cuvil.slice", x, starts=starts, ends=ends, steps=steps)
 
 
 @handles("Pad")
