@@ -79,7 +79,8 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
 
     `quantization="int8_sym"` needs `calibration`: an iterable of input tuples (NumPy
     arrays, shaped like example_inputs) that the interpreter runs to find activation
-    ranges. `quantization_options` sets the quantize-weights pass's other fields
+    ranges (with "int4_block", optional: matmul codes are then fitted GPTQ-style to the
+    calibrated inputs). `quantization_options` sets the quantize-weights pass's other fields
     (activation="u8"|"i8", ranges="minmax"|"percentile", percentile, keep_f32)."""
     from .backend.llvm.codegen import generate
     from .backend.llvm.kernels import scratch_bytes
@@ -94,9 +95,9 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
     qopts = {"method": quantization, **(quantization_options or {})}
-    if quantization == "int8_sym":
-        if calibration is None:
-            raise CuvilError("quantization='int8_sym' needs calibration=[input tuples] for the activation ranges")
+    if quantization == "int8_sym" and calibration is None:
+        raise CuvilError("quantization='int8_sym' needs calibration=[input tuples] for the activation ranges")
+    if calibration is not None:
         qopts["calibration"] = tuple(tuple(np.asarray(a) for a in (c if isinstance(c, (tuple, list)) else (c,)))
                                      for c in calibration)
     ir_module = _to_ir(module, example_inputs)

@@ -439,6 +439,7 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
         if not (opts.get("quantization_options") or {}).get("calibration"):
             raise CuvilError("quantization method 'int8_sym' needs calibration inputs: add "
                              "quantization.calibration (files or a generator) to the config")
+    if q in ("int8_sym", "int4_block") and (opts.get("quantization_options") or {}).get("calibration"):
         qopts["calibration"] = tuple(calibration_inputs(opts["quantization_options"], fn, opts["preprocess"]))
     passes = default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights={"method": q, **qopts},
                               **({} if opts.get("fuse", True) else {"fuse_epilogues": False}))

@@ -45,15 +45,27 @@ def _matmul_weight_ratio(model, example, method, **options):
     return q / f32, f32
 
 
-@pytest.mark.xfail(strict=True, reason="round-to-nearest Q4_0 gives min cosine 0.954 (mean 0.968) on these "
-                   "sentences; 0.97 needs error-compensating rounding (GPTQ-style) from calibration data")
+def test_minilm_int4_block_round_to_nearest_alone_is_not_enough(minilm):
+    """Without calibration, Q4_0 round-to-nearest: measured min cosine 0.954 (mean 0.968)."""
+    model, example, inputs, fp32 = minilm
+    cos = cosine_rows(cuvil.compile(model, example, quantization="int4_block", threads=2)(*inputs)[0], fp32)
+    print(f"int4_block (round to nearest) cosine: min {cos.min():.4f} mean {cos.mean():.4f}")
+    assert 0.9 < cos.min() < 0.97
+
+
 def test_minilm_int4_block_embeddings_stay_close(minilm):
+    """With calibration (GPTQ-style codes), held out: calibrated on the first half of the
+    sentences (tiled to the batch), measured on the other half."""
     model, example, inputs, fp32 = minilm
     assert len(fp32) >= 50
-    got = cuvil.compile(model, example, quantization="int4_block", threads=2)(*inputs)[0]
-    cos = cosine_rows(got, fp32)
-    print(f"int4_block cosine: min {cos.min():.4f} mean {cos.mean():.4f}")
-    assert cos.min() >= 0.97, f"lowest cosine {cos.min():.4f} (sentence {int(cos.argmin())})"
+    half = len(fp32) // 2
+    tiled = np.resize(np.arange(half), len(fp32))
+    calibration = [tuple(a[tiled] for a in inputs)]
+    got = cuvil.compile(model, example, quantization="int4_block", threads=2, calibration=calibration)(*inputs)[0]
+    cos = cosine_rows(got, fp32)[half:]
+    print(f"int4_block (GPTQ) cosine on {len(cos)} held-out sentences: min {cos.min():.4f} mean {cos.mean():.4f}")
+    assert len(cos) >= 38
+    assert cos.min() >= 0.97, f"lowest cosine {cos.min():.4f} (sentence {half + int(cos.argmin())})"
 
 
 def test_minilm_int4_block_stores_every_encoder_matmul_in_4_bits(minilm):
