@@ -102,10 +102,12 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
 
     `quantization="int8_sym"` needs `calibration`: an iterable of input tuples (NumPy
     arrays, shaped like example_inputs) that the interpreter runs to find activation
-    ranges. `quantization_options` sets the quantize-weights pass's other fields
+    ranges (with "int4_block", optional: matmul codes are then fitted GPTQ-style to the
+    calibrated inputs). `quantization_options` sets the quantize-weights pass's other fields
     (activation="u8"|"i8", ranges="minmax"|"percentile", percentile, keep_f32).
 
-    Symbolic dims (PyTorch models): `dynamic_shapes` names the dims per input
+    Symbolic dims (PyTorch models; ONNX models need only `dim_bounds` for their
+    dim_params): `dynamic_shapes` names the dims per input
     (`[("batch", "seq_len"), ("batch", "seq_len")]`; ints or None for static dims, None
     for a static input) and `dim_bounds` bounds each name (`{"batch": (1, 32)}`). The
     compiled model then takes any shape within the bounds; its arena is sized for the
@@ -124,9 +126,9 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
     qopts = {"method": quantization, **(quantization_options or {})}
-    if quantization == "int8_sym":
-        if calibration is None:
-            raise CuvilError("quantization='int8_sym' needs calibration=[input tuples] for the activation ranges")
+    if quantization == "int8_sym" and calibration is None:
+        raise CuvilError("quantization='int8_sym' needs calibration=[input tuples] for the activation ranges")
+    if calibration is not None:
         qopts["calibration"] = tuple(tuple(np.asarray(a) for a in (c if isinstance(c, (tuple, list)) else (c,)))
                                      for c in calibration)
     ir_module = _to_ir(module, example_inputs, dynamic_shapes, dim_bounds)

@@ -29,6 +29,7 @@ from typing import Callable
 from .config import Config, ConfigError
 from .errors import CuvilError
 from .fsutil import atomic_write  # noqa: F401  (re-exported: cli and tests use build.atomic_write)
+from .quant_config import calibration_inputs, quantization_options
 from .runtime import abi
 
 CACHE_FORMAT = "1"
@@ -367,7 +368,8 @@ def compile_options(cfg: Config) -> dict:
                     "custom_ops": sorted({c["symbol"] for c in plugin.get("custom_ops", [])})},
         "target": {"arch": cfg.target, "cpu": target.get("cpu", ""),
                    "features": target.get("features", "")},
-        "quantization": (d.get("quantization") or {}).get("method", "none"),
+        "quantization": quantization_options(cfg)[0],
+        "quantization_options": quantization_options(cfg)[1],
         "threads": (d.get("optimize") or {}).get("threads", 1),
         "fuse": (d.get("optimize") or {}).get("fuse", True),
         "specialize": d.get("specialize") or [],
@@ -457,7 +459,14 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     for name in list(opts["preprocess"]) + list(opts["postprocess"]):
         if name not in fn.input_names + fn.output_names:
             raise CuvilError(f"pre/post-processing names {name!r}, which is not an input or output of the model")
-    passes = default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights={"method": q},
+    qopts = {k: v for k, v in (opts.get("quantization_options") or {}).items() if k != "calibration"}
+    if q == "int8_sym":
+        if not (opts.get("quantization_options") or {}).get("calibration"):
+            raise CuvilError("quantization method 'int8_sym' needs calibration inputs: add "
+                             "quantization.calibration (files or a generator) to the config")
+    if q in ("int8_sym", "int4_block") and (opts.get("quantization_options") or {}).get("calibration"):
+        qopts["calibration"] = tuple(calibration_inputs(opts["quantization_options"], fn, opts["preprocess"]))
+    passes = default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights={"method": q, **qopts},
                               **({} if opts.get("fuse", True) else {"fuse_epilogues": False}))
     run_pipeline(module, passes)
     target = resolve_target(opts)
@@ -469,7 +478,10 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
         raise CuvilError(f"the model calls the custom op(s) {', '.join(used)}: list the plugin module(s) that "
                          "define them in plugin.modules and map the ops in plugin.custom_ops")
     manifest = make_manifest(gen, target, opts["threads"], opts["preprocess"], opts["postprocess"])
-    manifest["quantization"] = {"method": q, "weight_bytes_fp32": weights_before, "weight_bytes": weight_bytes(module)}
+    manifest["quantization"] = {"method": q, "weight_bytes_fp32": weights_before, "weight_bytes": weight_bytes(module),
+                                **({"int8_ops": module.main.attrs["quantization"]["int8_ops"],
+                                    "kept_f32": module.main.attrs["quantization"]["kept_f32"]}
+                                   if q == "int8_sym" else {})}
     manifest["plugins"] = {"postprocess": plugins["postprocess"], "custom_ops": used}
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / f"{name}.o", compile_to_object(gen.llvm_ir + signature_ir(name, target.triple), target))
@@ -506,7 +518,7 @@ def signature_ir(prefix: str, triple: str) -> str:
     return f'\n@{prefix}_signature = hidden constant [{len(text)} x i8] c"{body}", align 1\n'
 
 
-IMPLEMENTED_QUANTIZATION = ("none", "fp16", "int4_block")
+IMPLEMENTED_QUANTIZATION = ("none", "fp16", "int4_block", "int8_sym")
 
 
 def cached_compile(cvir: Path, opts: dict, cache: Cache) -> Path:
@@ -610,6 +622,10 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
     q = json.loads(next(compiled.glob("*.json")).read_text()).get("quantization") or {}
     if q.get("method", "none") != "none":
         log(f"[compile] weights {q['weight_bytes_fp32']} bytes (fp32) -> {q['weight_bytes']} bytes ({q['method']})")
+        if "int8_ops" in q:
+            kept = ", ".join(f"#{k['index']} {k['op']} {k['weight']} ({k['loc']}, error {k['error']})"
+                             for k in q["kept_f32"]) or "none"
+            log(f"[compile] int8 ops: {q['int8_ops']}; kept in f32: {kept}")
     artifact = cached_link(compiled, kind, cache, cc, plugin_modules(cfg))
     output = Path(output)
     atomic_copy(artifact, output)

@@ -26,7 +26,7 @@ from .errors import CuvilError
 DTYPES = ["f32", "f16", "f64", "i64", "i32", "i8", "u8", "bool"]
 TARGETS = ["host", "x86_64-linux-gnu", "aarch64-linux-gnu", "wasm32-wasi"]
 HOST_TARGET = "x86_64-linux-gnu"  # what `host` means (the only host Cuvil supports)
-QUANT_METHODS = ["none", "fp16", "int4_block"]  # int8_sym arrives with calibration
+QUANT_METHODS = ["none", "fp16", "int4_block", "int8_sym"]  # quant_config.py reads the section
 ARTIFACTS = ["executable", "shared", "static"]
 
 _C_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -116,7 +116,25 @@ SCHEMA = {
         },
         "quantization": {
             "type": "object", "additionalProperties": False,
-            "properties": {"method": {"enum": QUANT_METHODS}},
+            "properties": {
+                "method": {"enum": QUANT_METHODS},
+                "weight": {"type": "object", "additionalProperties": False, "required": ["dtype"],
+                           "properties": {"dtype": {"enum": ["f16", "int8", "int4"]},
+                                          "scheme": {"enum": ["symmetric", "asymmetric"]},
+                                          "granularity": {"enum": ["per_tensor", "per_channel", "per_block"]}}},
+                "activation": {"type": "object", "additionalProperties": False,
+                               "properties": {"dtype": {"enum": ["uint8", "int8"]},
+                                              "scheme": {"enum": ["symmetric", "asymmetric"]},
+                                              "granularity": {"enum": ["per_tensor"]}}},
+                "qat_mode": {"type": "boolean"},
+                "keep_f32": {"type": "integer", "minimum": 0},
+                "calibration": {"type": "object", "additionalProperties": False,
+                                "properties": {"files": {"type": "array", "items": {"type": "string"}},
+                                               "generator": {"type": "string", "pattern": r"^[\w.]+:\w+$"},
+                                               "ranges": {"enum": ["minmax", "percentile"]},
+                                               "percentile": {"type": "number", "exclusiveMinimum": 50,
+                                                              "maximum": 100}}},
+            },
         },
         "plugin": {
             "type": "object", "additionalProperties": False,
@@ -164,9 +182,7 @@ def _override_schema() -> dict:
 
 SCHEMA["properties"]["overrides"] = {"type": "array", "items": _override_schema()}
 
-_LATER = {
-    ("quantization", "method"): "implemented quantization methods: none, fp16, int4_block (int8_sym is not yet)",
-}
+_LATER: dict = {}  # (section, key) -> message for schema values accepted in a later release
 
 
 class ConfigError(CuvilError):
@@ -441,7 +457,9 @@ def _check_dims(cfg: Config) -> None:
 
 
 def _check_files(cfg: Config) -> None:
+    from .quant_config import quantization_options
     _check_plugins(cfg)
+    quantization_options(cfg)  # method / weight / activation agree; calibration files exist
     m = cfg.data["model"]
     _check_model_source(cfg, m)
     if "source" in m and not cfg.resolve(m["source"]).is_file():

@@ -48,7 +48,14 @@ def test_good_config_loads(tmp_path, root):
     (("    shape: [1, 784]", "    shape: one"), "inputs[0].shape", 8, "not of type 'array'"),
     (("  framework: pytorch", "  framework: caffe"), "model.framework", 2, "caffe"),
     (("outputs:", "target:\n  arch: riscv64-linux-gnu\noutputs:"), "target.arch", 11, "riscv64"),
-    (("outputs:", "quantization:\n  method: int8_sym\noutputs:"), "quantization.method", 11, "implemented quantization methods"),
+    (("outputs:", "quantization:\n  method: int8_sym\noutputs:"), "quantization", 10, "int8_sym needs calibration"),
+    (("outputs:", "quantization:\n  method: int3\noutputs:"), "quantization.method", 11, "int3"),
+    (("outputs:", "quantization:\n  method: fp16\n  weight: {dtype: int4}\noutputs:"), "quantization.weight.dtype",
+     12, "method int4_block"),
+    (("outputs:", "quantization:\n  weight: {dtype: int8}\n  qat_mode: true\noutputs:"), "quantization.qat_mode",
+     12, "not supported yet"),
+    (("outputs:", "quantization:\n  weight: {dtype: int8}\n  calibration: {files: [nope/*.npy]}\noutputs:"),
+     "quantization.calibration.files[0]", 12, "no file matches"),
     (("outputs:", "plugin:\n  modules: [a.c]\noutputs:"), "plugin.modules[0]", 11, "file not found"),
     (("outputs:", "optimise:\n  threads: 2\noutputs:"), "optimise", 10, "unknown key"),
     (("  module: examples.models.mlp", "  source: missing_model.py"), "model.source", 3, "file not found"),
@@ -97,3 +104,16 @@ def test_templates_are_valid_configs(tmp_path, template, capsys):
 def test_unknown_template_is_a_clear_error(tmp_path, capsys):
     assert main(["init", "--template", "nope", str(tmp_path / "c.yaml")]) == 1
     assert "unknown template 'nope'" in capsys.readouterr().err
+
+
+def test_quantization_mapping_and_calibration_files(tmp_path, root):
+    import numpy as np
+    from cuvil.quant_config import quantization_options
+    np.save(tmp_path / "a.npy", np.zeros((1, 784), np.float32))
+    text = GOOD.replace("outputs:", "quantization:\n  weight: {dtype: int8, scheme: symmetric, granularity: per_channel}\n"
+                        "  activation: {dtype: int8, scheme: symmetric}\n  keep_f32: 1\n"
+                        "  calibration: {files: ['*.npy'], ranges: percentile, percentile: 99.9}\noutputs:")
+    method, opts = quantization_options(load_config(_write(tmp_path, text, root)))
+    assert method == "int8_sym"
+    assert opts["activation"] == "i8" and opts["keep_f32"] == 1 and opts["ranges"] == "percentile"
+    assert [f["path"] for f in opts["calibration"]["files"]] == [str(tmp_path / "a.npy")]

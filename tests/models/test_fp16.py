@@ -49,9 +49,9 @@ def test_fp16_zoo_models_stay_close_to_torch(name):
     assert 1e-7 < err <= FP16_REL_TOL  # really rounded, and still close
 
 
-def test_unknown_quantization_is_a_clear_error():
+def test_unknown_quantization_and_int8_without_calibration_are_clear_errors():
     model, inputs = ZOO["vit"](0)
-    with pytest.raises(cuvil.CuvilError, match="'int3' is not supported"):
+    with pytest.raises(cuvil.CuvilError, match="not supported"):
         cuvil.compile(model, inputs, quantization="int3")
-    with pytest.raises(cuvil.CuvilError, match="int8_sym' needs calibration"):
+    with pytest.raises(cuvil.CuvilError, match="needs calibration"):
         cuvil.compile(model, inputs, quantization="int8_sym")

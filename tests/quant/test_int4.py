@@ -93,3 +93,15 @@ def test_int4_block_weights_of_mobilenet_v2_are_about_0_15_of_fp32():
     sizes = {q: weight_bytes(quantized(_to_ir(model, (x,)), q)) for q in ("none", "int4_block")}
     ratio = sizes["int4_block"] / sizes["none"]
     assert 0.14 <= ratio <= 0.16, ratio  # 18/128 for int4 blocks; depthwise fp16, biases f32
+
+
+def test_gptq_codes_fit_the_product_better_than_rounding():
+    from cuvil.passes.quantize_int4 import gptq_encode
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2000, 70)) @ rng.standard_normal((70, 70))  # correlated inputs
+    w = rng.standard_normal((24, 70)).astype(np.float32)
+    errs = []
+    for q in (q4_encode(w), gptq_encode(w, x.T @ x / len(x))):
+        assert q.shape == (24, 3, 18)
+        errs.append(np.linalg.norm(x @ (q4_decode(q, 70) - w).T) / np.linalg.norm(x @ w.T))
+    assert errs[1] < 0.85 * errs[0], errs

@@ -91,3 +91,20 @@ def output_errors(fn: Function, inputs: Sequence[np.ndarray], variants: dict[int
             errs[id(op)] = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
     _walk(fn, inputs, visit)
     return errs
+
+
+def input_grams(fn: Function, batches: Iterable[Sequence[np.ndarray]], ops: Sequence[Op]) -> dict[int, np.ndarray]:
+    """For matmuls id(op) -> X^T X / rows (f64 [K, K]) of their operand 0 seen as rows of
+    K values, summed over every calibration input (GPTQ's Hessian)."""
+    ids = {id(op) for op in ops}
+    grams: dict[int, np.ndarray] = {}
+    rows: dict[int, int] = {}
+
+    def visit(op, args, outs):
+        if id(op) in ids:
+            x = args[0].reshape(-1, args[0].shape[-1]).astype(np.float64)
+            grams[id(op)] = grams.get(id(op), 0) + x.T @ x
+            rows[id(op)] = rows.get(id(op), 0) + len(x)
+    for batch in batches:
+        _walk(fn, batch, visit)
+    return {i: g / rows[i] for i, g in grams.items()}

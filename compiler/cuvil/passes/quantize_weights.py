@@ -4,7 +4,8 @@
 (operand 1) is replaced by an f16 copy; the kernels widen it to f32 as they load it and
 accumulate in f32. Weight bytes halve; results move by about fp16's rounding of the
 weights (relative 2^-11 per weight). `int4_block`: the weights the int4 GEMM kernels
-can read become 4-bit blocks (quantize_int4.py), the others fp16. `int8_sym`: integer
+can read become 4-bit blocks (quantize_int4.py; with `calibration`, matmul codes are
+chosen GPTQ-style), the others fp16. `int8_sym`: integer
 conv2d/matmul with per-channel int8 weights and per-tensor activations calibrated on
 `calibration` (a sequence of input tuples; quantize_int8.py); other weights stay f32.
 `none` leaves the module as it is.
@@ -20,6 +21,7 @@ from ..ir import Module
 from ..ir.ops.shape import Constant
 from .quantize_int4 import int4_layout, int4_weight
 from .quantize_int8 import int8_rewrite
+from .calibrate import input_grams
 
 METHODS = ("none", "fp16", "int4_block", "int8_sym")
 
@@ -45,6 +47,7 @@ class QuantizeWeights:
             fn.attrs["quantization"] = int8_rewrite(fn, self.calibration, self.activation, self.ranges,
                                                     self.percentile, self.keep_f32)
             return
+        grams = self._int4_grams(fn) if self.method == "int4_block" and self.calibration else {}
         converted: dict[tuple, object] = {}  # (id(f32 weight), int4 out_axis or None) -> its copy
         originals = []
         for op in list(fn.body.ops):
@@ -57,19 +60,27 @@ class QuantizeWeights:
             if op.operands[0].dtype != "f32":
                 continue
             axis = int4_layout(op) if self.method == "int4_block" else None
-            key = (id(w), axis)
+            key = (id(w), axis) if id(op) not in grams else (id(op), axis)  # GPTQ fits each use
             if key not in converted:
                 if axis is None:
                     half = Constant(c.value.astype(np.float16), f"{c.attrs['name']}.f16", c.loc)
                     fn.body.insert_before(c, half)
                     converted[key] = half.result
                 else:
-                    converted[key] = int4_weight(fn, c, axis)
+                    converted[key] = int4_weight(fn, c, axis, grams.get(id(op)))
                 originals.append(w)
             op.set_operand(1, converted[key])
         for w in dict.fromkeys(originals):  # the f32 originals no other op uses any more
             if not w.uses:
                 fn.body.erase(w.defining_op)
+
+
+    def _int4_grams(self, fn) -> dict:
+        """int4_block with calibration: the input gram matrix of every int4 matmul."""
+        ops = [op for op in fn.body.ops if op.name == "cuvil.matmul" and len(op.operands) > 1
+               and op.operands[1].defining_op is not None and op.operands[1].defining_op.name == "cuvil.constant"
+               and op.operands[1].dtype == "f32" and int4_layout(op) is not None]
+        return input_grams(fn, self.calibration, ops)
 
 
 def weight_bytes(module: Module) -> int:

@@ -1,0 +1,153 @@
+"""The config's `quantization` section -> the quantize-weights pass's options, and the
+calibration inputs it names.
+
+    quantization:
+      method: int8_sym              # or say it with weight/activation:
+      weight: {dtype: int8, scheme: symmetric, granularity: per_channel}
+      activation: {dtype: uint8, scheme: asymmetric, granularity: per_tensor}
+      qat_mode: false               # true (a graph with trained fake-quant) is not supported yet
+      keep_f32: 2                   # the most sensitive int8 ops stay f32
+      calibration:
+        files: [calib/*.npy, photos/a.jpg]   # .npy (one input), .npz (named inputs), images
+        generator: mypkg.calib:batches       # or a function yielding input tuples
+        ranges: minmax                       # or percentile (with percentile: 99.99)
+
+Files are resolved against the config and hashed into the compile options (the
+compile stage's cache key); images go through the input's `preprocess` (resize, crop,
+scale, mean, std, layout, color) in Python with Pillow.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CuvilError
+
+WEIGHT_DTYPES = {"f16": "fp16", "int8": "int8_sym", "int4": "int4_block"}
+_GRANULARITY = {"fp16": (None,), "int8_sym": ("per_channel",), "int4_block": ("per_block",)}
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def quantization_options(cfg) -> tuple[str, dict]:
+    """(method, options) from cfg's quantization section; errors name the key and line."""
+    q = cfg.data.get("quantization") or {}
+    method = q.get("method")
+    weight, act = q.get("weight") or {}, q.get("activation") or {}
+    if weight:
+        implied = WEIGHT_DTYPES[weight["dtype"]]
+        if method and method != implied:
+            raise cfg.error(["quantization", "weight", "dtype"], f"{weight['dtype']} weights are method {implied}, "
+                            f"but quantization.method is {method}")
+        method = implied
+        gran = weight.get("granularity")
+        if gran and gran not in _GRANULARITY[method] + ("per_tensor",) or gran == "per_tensor":
+            raise cfg.error(["quantization", "weight", "granularity"], f"{method} weights are "
+                            f"{_GRANULARITY[method][0] or 'whole tensors'}, not {gran}")
+        if weight.get("scheme") == "asymmetric":
+            raise cfg.error(["quantization", "weight", "scheme"], "weights are quantized symmetrically")
+    method = method or "none"
+    if q.get("qat_mode"):
+        raise cfg.error(["quantization", "qat_mode"], "quantization-aware-trained graphs (fake-quant ops from "
+                        "training) are not supported yet: quantize a float model with calibration")
+    opts: dict = {}
+    if act:
+        if method != "int8_sym":
+            raise cfg.error(["quantization", "activation"], f"{method} quantizes weights only; activations "
+                            "are quantized by int8 weights (weight.dtype: int8)")
+        dtype = {"uint8": "u8", "int8": "i8"}[act.get("dtype", "uint8")]
+        scheme = act.get("scheme", "asymmetric" if dtype == "u8" else "symmetric")
+        if (dtype, scheme) not in (("u8", "asymmetric"), ("i8", "symmetric")):
+            raise cfg.error(["quantization", "activation", "scheme"], "activations are uint8 asymmetric or "
+                            "int8 symmetric")
+        opts["activation"] = dtype
+    if "keep_f32" in q:
+        opts["keep_f32"] = q["keep_f32"]
+    cal = q.get("calibration")
+    if method == "int8_sym" and not cal:
+        raise cfg.error(["quantization"], "int8_sym needs calibration inputs: add quantization.calibration "
+                        "(files or a generator)")
+    if cal:
+        opts["ranges"] = cal.get("ranges", "minmax")
+        if "percentile" in cal:
+            opts["percentile"] = float(cal["percentile"])
+        files = []
+        for i, pattern in enumerate(cal.get("files", [])):
+            matches = sorted(glob.glob(str(cfg.resolve(pattern))))
+            if not matches:
+                raise cfg.error(["quantization", "calibration", "files", i], f"no file matches {cfg.resolve(pattern)}")
+            for m in matches:
+                p = Path(m)
+                if p.suffix.lower() not in (".npy", ".npz") + IMAGE_SUFFIXES:
+                    raise cfg.error(["quantization", "calibration", "files", i],
+                                    f"{p.name}: calibration files are .npy, .npz or images (.jpg, .png)")
+                files.append({"path": str(p), "sha256": _sha(p)})
+        opts["calibration"] = {"files": files, "generator": cal.get("generator")}
+    return method, opts
+
+
+def _image(path: Path, pre: dict, shape) -> np.ndarray:
+    from PIL import Image
+    img = Image.open(path).convert("RGB")
+    if isinstance(pre.get("resize"), int):
+        w, h = img.size
+        s = pre["resize"] / min(w, h)
+        img = img.resize((max(1, round(w * s)), max(1, round(h * s))), Image.BILINEAR)
+    crop = pre.get("crop")
+    if crop:
+        ch, cw = (crop, crop) if isinstance(crop, int) else crop
+        w, h = img.size
+        left, top = (w - cw) // 2, (h - ch) // 2
+        img = img.crop((left, top, left + cw, top + ch))
+    x = np.asarray(img, np.float32) * float(pre.get("scale", 1 / 255))
+    if pre.get("color") == "BGR":
+        x = x[..., ::-1]
+    x = (x - np.asarray(pre.get("mean", [0.0]), np.float32)) / np.asarray(pre.get("std", [1.0]), np.float32)
+    if pre.get("layout", "NCHW") == "NCHW":
+        x = x.transpose(2, 0, 1)
+    return np.ascontiguousarray(x, np.float32)
+
+
+def calibration_inputs(opts: dict, fn, preprocess: dict) -> list[tuple]:
+    """The input tuples named by opts["calibration"] for the function fn."""
+    cal = opts.get("calibration") or {}
+    shapes = [a.type.shape for a in fn.args]
+    out, images = [], []
+    for f in cal.get("files", []):
+        p = Path(f["path"])
+        if p.suffix == ".npz":
+            with np.load(p, allow_pickle=False) as z:
+                missing = [n for n in fn.input_names if n not in z]
+                if missing:
+                    raise CuvilError(f"calibration file {p}: no array for input(s) {', '.join(missing)}")
+                out.append(tuple(z[n] for n in fn.input_names))
+        elif len(fn.args) != 1:
+            raise CuvilError(f"calibration file {p}: a model with {len(fn.args)} inputs takes .npz files "
+                             "(one array per input name)")
+        elif p.suffix == ".npy":
+            out.append((np.load(p, allow_pickle=False),))
+        else:
+            pre = preprocess.get(fn.input_names[0])
+            if not pre or pre.get("kind") != "image":
+                raise CuvilError(f"calibration image {p}: input {fn.input_names[0]!r} has no image preprocess")
+            images.append(_image(p, pre, shapes[0]))
+    if images:  # batches of the input's batch size (a last partial batch is left out)
+        n = shapes[0][0] if isinstance(shapes[0][0], int) else 1
+        if len(images) < n:
+            raise CuvilError(f"{len(images)} calibration image(s) do not fill one batch of {n}")
+        out.extend((np.stack(images[i:i + n]),) for i in range(0, len(images) - n + 1, n))
+    if cal.get("generator"):
+        mod, _, name = cal["generator"].partition(":")
+        try:
+            gen = getattr(importlib.import_module(mod), name)
+        except (ImportError, AttributeError) as e:
+            raise CuvilError(f"quantization.calibration.generator {cal['generator']!r}: {e}") from None
+        out.extend(tuple(np.asarray(a) for a in (b if isinstance(b, (tuple, list)) else (b,))) for b in gen())
+    return out
