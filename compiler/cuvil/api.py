@@ -35,6 +35,11 @@ def load_ir(path: str | os.PathLike) -> Module:
 
 def _to_ir(module, example_inputs, dynamic_shapes=None, dim_bounds=None) -> Module:
     from .frontends.onnx import capture_onnx, is_onnx_model
+    for name, b in (dim_bounds or {}).items():
+        ok = isinstance(b, (tuple, list)) and len(b) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                 for v in b)
+        if not ok or not 1 <= b[0] <= b[1]:
+            raise CuvilError(f"dim_bounds[{name!r}] must be (min, max) integers with 1 <= min <= max, got {b!r}")
     if dynamic_shapes is not None or dim_bounds:
         if is_onnx_model(module) and dynamic_shapes is None and dim_bounds:
             # ONNX: the model's own dim_params name the symbolic dims

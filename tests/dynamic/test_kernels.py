@@ -144,6 +144,8 @@ def test_input_dims_must_be_plain_bounded_symbols():
 def test_dynamic_shapes_need_names_and_bounds():
     model = Fn(lambda x: x * 2).eval()
     x = torch.ones(2, 3)
+    with pytest.raises(CuvilError, match=r"dim_bounds\['b'\] must be \(min, max\).*got \(0, 4\)"):
+        cuvil.compile(model, (x,), dynamic_shapes=[("b", 3)], dim_bounds={"b": (0, 4)})
     with pytest.raises(CuvilError, match="need both dynamic_shapes"):
         cuvil.compile(model, (x,), dynamic_shapes=[("b", 3)])
     with pytest.raises(CuvilError, match="'b' has no bounds"):
