@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ...ir.ops.quant import ACT_RANGES
+from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
 from .gemm import _splat, _vec_ptr, micro_shape, pack_b, panel_width
 from .loops import alloca_in_entry, for_range
@@ -65,7 +65,7 @@ def _fcall(b, name, args):
 
 def _quantize(b, x, aq):
     """f32 (scalar or vector) -> i32 codes, as fake_quant rounds them."""
-    lo, hi = ACT_RANGES[aq["dtype"]]
+    lo, hi = act_bounds(aq)
     ty = x.type
 
     def c(v):

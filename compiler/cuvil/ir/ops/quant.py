@@ -19,8 +19,10 @@ output channel: the weight is q * scale (q in -127..127, scale = max |w| / 127).
 Activations (`act_quant`, an attribute of conv2d / matmul): the op's operand 0 is
 quantized per tensor before the product, {scale, zero_point, dtype}: q = clip(rint(x *
 (1/scale)) + zero_point) to u8 (0..255, asymmetric) or i8 (-127..127, symmetric,
-zero_point 0), and the product sees (q - zero_point) * scale (`fake_quant`). The
-backend computes exactly that in integers (int32 accumulation) and rescales.
+zero_point 0), and the product sees (q - zero_point) * scale (`fake_quant`). Optional
+`qmin` / `qmax` narrow or widen the code range within the dtype (a pre-quantized graph's
+own range, e.g. i8 -128..127 with a zero point); `act_bounds` reads them. The backend
+computes exactly that in integers (int32 accumulation) and rescales.
 
 The backend consumes a `cuvil.dequantize` inside the conv2d/matmul kernel that uses it
 (the weight is never materialised in f32), so the memory planner gives it no arena.
@@ -79,9 +81,15 @@ def q4_decode(q: np.ndarray, length: int) -> np.ndarray:
     return x.reshape(q.shape[0], -1)[:, :length]
 
 
+def act_bounds(aq: dict) -> tuple[int, int]:
+    """The code range (qmin, qmax) of the activation quantization aq."""
+    lo, hi = ACT_RANGES[aq["dtype"]]
+    return int(aq.get("qmin", lo)), int(aq.get("qmax", hi))
+
+
 def fake_quant(x: np.ndarray, aq: dict) -> np.ndarray:
     """x quantized per tensor as `act_quant` aq says, and mapped back to f32."""
-    lo, hi = ACT_RANGES[aq["dtype"]]
+    lo, hi = act_bounds(aq)
     inv = np.float32(1.0 / aq["scale"])
     q = np.clip(np.rint(x.astype(np.float32) * inv) + np.float32(aq["zero_point"]), lo, hi)
     return ((q - aq["zero_point"]) * np.float64(aq["scale"])).astype(np.float32)
