@@ -96,7 +96,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
             target=None, prefix: str = "cuvil_model", jit: bool = False,
             profile: bool = False, calibration=None, quantization_options: dict | None = None,
             dynamic_shapes: Sequence | None = None, dim_bounds: dict | None = None,
-            specialize: Sequence[dict] = ()) -> "CompiledModel":
+            specialize: Sequence[dict] = (), qat_mode: bool = False) -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it.
 
     The object is linked with the C runtime into a shared library exactly as
@@ -117,7 +117,12 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     for a static input) and `dim_bounds` bounds each name (`{"batch": (1, 32)}`). The
     compiled model then takes any shape within the bounds; its arena is sized for the
     upper bounds. `specialize` (`[{"seq_len": 128}]`) also compiles the code for those
-    values with the dims fixed; runs with matching shapes take it."""
+    values with the dims fixed; runs with matching shapes take it.
+
+    A pre-quantized model (PT2E: `prepare_pt2e`, calibrate or train, `convert_pt2e`) keeps
+    its own int8 weights and activation scales whatever `quantization` says; with
+    `qat_mode=True` (quantization "none" or "int8_sym", no calibration) a model without
+    such nodes is an error."""
     from .backend.llvm.codegen import generate
     from .backend.llvm.kernels import scratch_bytes
     from .backend.llvm.target import compile_to_object, host_target
@@ -130,6 +135,11 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
         raise CuvilError(f"quantization {quantization!r} is not supported (supported: {', '.join(QUANTIZATION_MODES)})")
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise CuvilError(f"threads must be a positive integer, got {threads!r}")
+    if qat_mode:
+        if quantization not in ("none", "int8_sym") or calibration is not None or quantization_options:
+            raise CuvilError("qat_mode=True takes the scales from the model's quantize/dequantize nodes: use "
+                             "quantization 'none' or 'int8_sym', no calibration and no quantization_options")
+        quantization = "none"
     qopts = {"method": quantization, **(quantization_options or {})}
     if quantization == "int8_sym" and calibration is None:
         raise CuvilError("quantization='int8_sym' needs calibration=[input tuples] for the activation ranges")
@@ -137,7 +147,8 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
         qopts["calibration"] = tuple(tuple(np.asarray(a) for a in (c if isinstance(c, (tuple, list)) else (c,)))
                                      for c in calibration)
     ir_module = _to_ir(module, example_inputs, dynamic_shapes, dim_bounds)
-    run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights=qopts))
+    run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights=qopts,
+                                             fold_fake_quant={"required": qat_mode}))
     target = target or host_target()
     gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize)
     if jit:

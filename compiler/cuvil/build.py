@@ -460,13 +460,16 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
         if name not in fn.input_names + fn.output_names:
             raise CuvilError(f"pre/post-processing names {name!r}, which is not an input or output of the model")
     qopts = {k: v for k, v in (opts.get("quantization_options") or {}).items() if k != "calibration"}
-    if q == "int8_sym":
+    qat = bool(qopts.pop("qat_mode", False))
+    if q == "int8_sym" and not qat:
         if not (opts.get("quantization_options") or {}).get("calibration"):
             raise CuvilError("quantization method 'int8_sym' needs calibration inputs: add "
                              "quantization.calibration (files or a generator) to the config")
     if q in ("int8_sym", "int4_block") and (opts.get("quantization_options") or {}).get("calibration"):
         qopts["calibration"] = tuple(calibration_inputs(opts["quantization_options"], fn, opts["preprocess"]))
-    passes = default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights={"method": q, **qopts},
+    passes = default_pipeline(memory_plan={"scratch": scratch_bytes},
+                              quantize_weights={"method": "none" if qat else q, **({} if qat else qopts)},
+                              fold_fake_quant={"required": qat, "activation": qopts.get("activation", "") if qat else ""},
                               **({} if opts.get("fuse", True) else {"fuse_epilogues": False}))
     run_pipeline(module, passes)
     target = resolve_target(opts)
@@ -479,9 +482,7 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
                          "define them in plugin.modules and map the ops in plugin.custom_ops")
     manifest = make_manifest(gen, target, opts["threads"], opts["preprocess"], opts["postprocess"])
     manifest["quantization"] = {"method": q, "weight_bytes_fp32": weights_before, "weight_bytes": weight_bytes(module),
-                                **({"int8_ops": module.main.attrs["quantization"]["int8_ops"],
-                                    "kept_f32": module.main.attrs["quantization"]["kept_f32"]}
-                                   if q == "int8_sym" else {})}
+                                **_int8_report(module.main.attrs.get("quantization"))}
     manifest["plugins"] = {"postprocess": plugins["postprocess"], "custom_ops": used}
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / f"{name}.o", compile_to_object(gen.llvm_ir + signature_ir(name, target.triple), target))
@@ -489,6 +490,17 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     atomic_write(out_dir / f"{name}.h", render_header(manifest))
     atomic_write(out_dir / f"{name}.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def _int8_report(found: dict | None) -> dict:
+    """The manifest's int8 figures: from calibration (kept_f32: the most sensitive ops left
+    f32) or from a pre-quantized graph (qat: its weights without an int8 kernel)."""
+    if not found:
+        return {}
+    if found.get("source") == "graph":
+        return {"qat_mode": True, "int8_ops": found["int8_ops"], "kept_f32": [],
+                "f32_weights": [str(w) for w in found["f32_weights"]]}
+    return {"int8_ops": found["int8_ops"], "kept_f32": found["kept_f32"]}
 
 
 def make_manifest(gen, target, threads: int = 1, preprocess=None, postprocess=None) -> dict:
@@ -626,6 +638,9 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
             kept = ", ".join(f"#{k['index']} {k['op']} {k['weight']} ({k['loc']}, error {k['error']})"
                              for k in q["kept_f32"]) or "none"
             log(f"[compile] int8 ops: {q['int8_ops']}; kept in f32: {kept}")
+        if q.get("qat_mode"):
+            log(f"[compile] scales from the model's quantize/dequantize nodes; weights without an int8 kernel "
+                f"(f32): {', '.join(q['f32_weights']) or 'none'}")
     artifact = cached_link(compiled, kind, cache, cc, plugin_modules(cfg))
     output = Path(output)
     atomic_copy(artifact, output)

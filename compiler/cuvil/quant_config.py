@@ -5,7 +5,7 @@ calibration inputs it names.
       method: int8_sym              # or say it with weight/activation:
       weight: {dtype: int8, scheme: symmetric, granularity: per_channel}
       activation: {dtype: uint8, scheme: asymmetric, granularity: per_tensor}
-      qat_mode: false               # true (a graph with trained fake-quant) is not supported yet
+      qat_mode: false               # true: a PT2E-quantized graph; its own scales, no calibration
       keep_f32: 2                   # the most sensitive int8 ops stay f32
       calibration:
         files: [calib/*.npy, photos/a.jpg]   # .npy (one input), .npz (named inputs), images
@@ -54,10 +54,18 @@ def quantization_options(cfg) -> tuple[str, dict]:
         if weight.get("scheme") == "asymmetric":
             raise cfg.error(["quantization", "weight", "scheme"], "weights are quantized symmetrically")
     method = method or "none"
-    if q.get("qat_mode"):
-        raise cfg.error(["quantization", "qat_mode"], "quantization-aware-trained graphs (fake-quant ops from "
-                        "training) are not supported yet: quantize a float model with calibration")
     opts: dict = {}
+    if q.get("qat_mode"):
+        if method not in ("none", "int8_sym"):
+            raise cfg.error(["quantization", "qat_mode"], f"qat_mode takes the int8 scales from the model's "
+                            f"quantize/dequantize nodes; it does not combine with method {method}")
+        for key in ("calibration", "keep_f32"):
+            if key in q:
+                raise cfg.error(["quantization", key], f"qat_mode: the scales come from the model's own "
+                                f"quantize/dequantize nodes; remove quantization.{key}")
+        # the mapping's activation dtype is checked against the graph's own nodes
+        expect = {"uint8": "u8", "int8": "i8"}[act["dtype"]] if act.get("dtype") else ""
+        return "int8_sym", {"qat_mode": True, **({"activation": expect} if expect else {})}
     if act:
         if method != "int8_sym":
             raise cfg.error(["quantization", "activation"], f"{method} quantizes weights only; activations "

@@ -212,9 +212,13 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
     import torch
     from . import torch_composite, torch_ops  # noqa: F401  (torch_composite registers handlers)
     from . import torch_hf  # noqa: F401  (registers the Hugging Face Transformers handlers)
+    from . import torch_quant  # (registers the PT2E quantize/dequantize handlers)
 
     if isinstance(model, torch.nn.Module):
-        model = model.eval()
+        try:
+            model = model.eval()
+        except NotImplementedError:  # an exported / PT2E-converted GraphModule is already eval-only
+            pass
     inputs = tuple(torch.as_tensor(x) if isinstance(x, np.ndarray) else x for x in example_inputs)
     export_dynamic = None
     if dynamic_shapes is not None:
@@ -298,7 +302,9 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
             raise UnsupportedOpError(f"unsupported op {node.target} ({key})"
                                      + (f" at {where}" if where else ""))
         try:
-            result = handler(low, bind(node, low))
+            bound = bind(node, low)
+            torch_quant.check_operands(key, bound)
+            result = handler(low, bound)
         except CuvilError as e:
             raise type(e)(f"{e} (lowering {node.target}" + (f" at {where})" if where else ")")) from None
         except Exception as e:

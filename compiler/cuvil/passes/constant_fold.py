@@ -2,7 +2,8 @@
 and replace it by a new constant named `fold.<n>` (n counts up over the module, skipping
 names already taken). An op is left alone when its result would be much larger than its
 inputs (e.g. a scalar broadcast to a feature map: cheaper to compute than to store) or
-when its reference rejects the values (the error then surfaces at run time)."""
+when its reference rejects the values (the error then surfaces at run time). A
+`cuvil.dequantize` is never folded: it is how a weight stays narrow in the artifact."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ class ConstantFold:
         names = ConstNames(module)
         for fn in module.functions.values():
             for op in list(fn.body.ops):
-                if op.name in ("cuvil.constant", "cuvil.return") or not op.operands:
+                if op.name in ("cuvil.constant", "cuvil.return", "cuvil.dequantize") or not op.operands:
                     continue
                 args = [const_value(v) for v in op.operands]
                 if any(a is None for a in args) or not self._small_enough(op, args):

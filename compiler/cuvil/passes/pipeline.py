@@ -11,6 +11,7 @@ from .canonicalize import Canonicalize
 from .constant_fold import ConstantFold
 from .dce import DeadCodeElimination
 from .fold_batch_norm import FoldBatchNorm
+from .fold_fake_quant import FoldFakeQuant
 from .fuse_elementwise import FuseElementwise
 from .fuse_epilogues import FuseEpilogues
 from .infer_shapes import InferShapes
@@ -25,6 +26,7 @@ def default_pipeline(**options) -> list[Pass]:
     passes: list[Pass] = [
         InferShapes(),           # re-derive every result type (symbolic dims flow through)
         Canonicalize(),          # batch_norm -> mul + add; drop no-op casts/reshapes; sub/div by constants
+        FoldFakeQuant(),         # a pre-quantized graph's int8 weights + fake-quant activations -> int8 ops
         ConstantFold(),          # evaluate ops on constants (transposed weights, reshaped biases)
         FoldBatchNorm(),         # per-channel scales into conv/matmul weights; merge constant adds
         DeadCodeElimination(),   # drop what the rewrites left unused, old weights included

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 from llvmlite import ir
 
 from ...errors import BackendError
@@ -140,6 +141,16 @@ def _positive_select(b, x, dtype, neg_value):
     return b.select(b.fcmp_ordered(">", x, fconst(dtype, 0.0)), x, neg_value)
 
 
+def _fake_quant(b, x, dtype, attrs):
+    """quant.fake_quant exactly: no fast-math, the same f32 roundings."""
+    from ...ir.ops.quant import act_bounds
+    lo, hi = act_bounds(attrs)
+    zp = fconst(dtype, attrs["zero_point"])
+    q = b.fadd(intrinsic(b, "llvm.rint", [b.fmul(x, fconst(dtype, float(np.float32(1.0 / attrs["scale"]))))]), zp)
+    q = intrinsic(b, "llvm.minnum", [intrinsic(b, "llvm.maxnum", [q, fconst(dtype, lo)]), fconst(dtype, hi)])
+    return b.fmul(b.fsub(q, zp), fconst(dtype, float(np.float32(attrs["scale"]))))
+
+
 _FLOAT_UNARY = {
     "neg": lambda b, x, d, a: b.fneg(x),
     "abs": lambda b, x, d, a: intrinsic(b, "llvm.fabs", [x]),
@@ -161,6 +172,7 @@ _FLOAT_UNARY = {
         b, x, d, _fmul(b, fconst(d, a.get("alpha", 1.0)),
                        b.fsub(_call_math(b, "exp", x), fconst(d, 1.0)))),
     "leaky_relu": lambda b, x, d, a: _positive_select(b, x, d, _fmul(b, x, fconst(d, a.get("slope", 0.01)))),
+    "fake_quant": _fake_quant,
 }
 
 

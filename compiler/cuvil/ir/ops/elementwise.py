@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import VerifyError
 from ..core import OP_REGISTRY, Op
 from ..types import FLOAT_DTYPES, TensorType, broadcast_shapes
+from .quant import fake_quant
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -56,6 +57,8 @@ _UNARY_FNS = {
     "reciprocal": lambda x: 1.0 / x,
     "elu": lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0.0))),
     "leaky_relu": lambda x, slope=0.01: np.where(x > 0, x, x * slope),
+    # a quantize-dequantize pair of a pre-quantized graph (attrs: quant.fake_quant's act_quant)
+    "fake_quant": lambda x, **aq: fake_quant(x.astype(np.float32), aq),
 }
 
 _BINARY_FNS = {
