@@ -109,3 +109,21 @@ def test_pt2e_graph_without_qat_mode_still_uses_its_scales():
     assert cm.ir.main.attrs["quantization"]["int8_ops"] == 4
     with torch.no_grad():
         assert np.abs(cm(x.numpy())[0] - qm(x).numpy()).max() < 1e-5
+
+
+def test_config_mapping_with_qat_mode(tmp_path):
+    from cuvil.config import load_config
+    from cuvil.quant_config import quantization_options
+    base = ("model: {framework: pytorch, name: m, module: x, entry: y}\n"
+            "inputs: [{name: x, shape: [1, 3], dtype: f32}]\nquantization:\n")
+    mapping = ("  weight: {dtype: int8, scheme: symmetric, granularity: per_channel}\n"
+               "  activation: {dtype: uint8, scheme: asymmetric, granularity: per_tensor}\n  qat_mode: true\n")
+    (tmp_path / "a.yaml").write_text(base + mapping)
+    assert quantization_options(load_config(tmp_path / "a.yaml")) == ("int8_sym", {"qat_mode": True,
+                                                                                    "activation": "u8"})
+    (tmp_path / "b.yaml").write_text(base + mapping + "  calibration: {files: [a.npy]}\n")
+    with pytest.raises(CuvilError, match="qat_mode"):
+        quantization_options(load_config(tmp_path / "b.yaml"))
+    (tmp_path / "c.yaml").write_text(base + "  method: fp16\n  qat_mode: true\n")
+    with pytest.raises(CuvilError, match="does not combine"):
+        quantization_options(load_config(tmp_path / "c.yaml"))
