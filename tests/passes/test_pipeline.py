@@ -14,7 +14,7 @@ from cuvil.ir.ops import ELEMENTWISE
 from cuvil.passes import MemoryPlan, check_plan, default_pipeline, run_pipeline
 from tests.passes.helpers import MODELS, assert_close, captured, random_inputs, reference, run_in_arena
 
-ORDER = ["infer-shapes", "canonicalize", "constant-fold", "fold-batch-norm", "dce", "fuse-epilogues",
+ORDER = ["infer-shapes", "canonicalize", "fold-fake-quant", "constant-fold", "fold-batch-norm", "dce", "fuse-epilogues",
          "fuse-elementwise", "quantize-weights", "memory-plan"]
 
 
