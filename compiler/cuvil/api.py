@@ -139,7 +139,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     ir_module = _to_ir(module, example_inputs, dynamic_shapes, dim_bounds)
     run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights=qopts))
     target = target or host_target()
-    gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize)
+    gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize, target=target)
     if jit:
         from .backend.llvm.jit import JitEngine
         engine = JitEngine(gen, target)
