@@ -128,7 +128,8 @@ def _fcall(b, name, args):
 
 
 def _quantize(b, x, aq):
-    """f32 (scalar or vector) -> i32 codes q, as fake_quant rounds them."""
+    """f32 (scalar or vector) -> i32 codes q, as fake_quant rounds them (the clamp is a
+    compare and select: NaN inputs have no defined code)."""
     lo, hi = act_bounds(aq)
     ty = x.type
 
@@ -136,7 +137,8 @@ def _quantize(b, x, aq):
         return ir.Constant(ty, [v] * ty.count) if isinstance(ty, ir.VectorType) else ir.Constant(ty, v)
     inv = float(np.float32(1.0 / aq["scale"]))
     q = b.fadd(_fcall(b, "llvm.rint", [b.fmul(x, c(inv))]), c(float(aq["zero_point"])))
-    q = _fcall(b, "llvm.minnum", [_fcall(b, "llvm.maxnum", [q, c(float(lo))]), c(float(hi))])
+    q = b.select(b.fcmp_ordered("<", q, c(float(lo))), c(float(lo)), q)
+    q = b.select(b.fcmp_ordered(">", q, c(float(hi))), c(float(hi)), q)
     ity = ir.VectorType(I32, ty.count) if isinstance(ty, ir.VectorType) else I32
     return b.fptosi(q, ity)
 
@@ -158,7 +160,8 @@ def _code(b, x, aq, isa):
     off = code_offset(aq, isa)
     if off:
         q = b.sub(q, ir.Constant(q.type, off))
-    return b.trunc(q, code_type(isa))
+    ct = code_type(isa)
+    return b.trunc(q, ir.VectorType(ct, q.type.count) if isinstance(q.type, ir.VectorType) else ct)
 
 
 def _corr(aq, isa: Int8Isa) -> int:
@@ -166,45 +169,56 @@ def _corr(aq, isa: Int8Isa) -> int:
     return 0 if isa.group == 2 else code_offset(aq, isa) - int(aq["zero_point"])
 
 
-def emit_quantize_rows(b, A, a_off, lda, rows, K, Q, aq, isa):
+def emit_quantize_rows(b, A, a_off, lda, rows, K, Q, aq, isa, vw=8):
     """Q[r][Kg * G] = codes of A[a_off + r * lda + k] for r in [0, rows), zeros past K (Q:
-    i16* / i8*)."""
+    i16* / i8*); vw values at a time, then a scalar tail."""
     kp = groups(K, isa) * isa.group
+    ct, fv = code_type(isa), ir.VectorType(F32, vw)
     with for_range(b, rows, name="qr") as r:
         src = b.add(a_off, b.mul(r, i64(lda)))
         dst = b.mul(r, i64(kp))
-        with for_range(b, K, name="qk") as k:
-            x = b.load(b.gep(A, [b.add(src, k)], inbounds=True))
-            b.store(_code(b, x, aq, isa), b.gep(Q, [b.add(dst, k)], inbounds=True))
+        with for_range(b, K // vw, name="qv") as kv:
+            k = b.mul(kv, i64(vw))
+            x = b.load(_vec_ptr(b, A, b.add(src, k), fv), align=4)
+            b.store(_code(b, x, aq, isa), _vec_ptr(b, Q, b.add(dst, k), ir.VectorType(ct, vw)), align=1)
+        for k in range(K // vw * vw, K):
+            x = b.load(b.gep(A, [b.add(src, i64(k))], inbounds=True))
+            b.store(_code(b, x, aq, isa), b.gep(Q, [b.add(dst, i64(k))], inbounds=True))
         for k in range(K, kp):
-            b.store(ir.Constant(code_type(isa), 0), b.gep(Q, [b.add(dst, i64(k))], inbounds=True))
+            b.store(ir.Constant(ct, 0), b.gep(Q, [b.add(dst, i64(k))], inbounds=True))
 
 
-def emit_quantize_panel(b, S, panel, K, ap, aq, isa):
-    """Rewrite the f32 panel S[panel] ([K][ap], S: f32*) in place as [Kg][ap][G] codes.
-    Group row kg reads f32 rows kg*G.. (>= kg) and writes the bytes of f32 row kg, so
-    every value is read before its bytes are overwritten."""
-    g, kg_n = isa.group, groups(K, isa)
-    ct = code_type(isa)
+def emit_quantize_panel(b, S, panel, K, ap, aq, isa, vw):
+    """Rewrite the f32 panel S[panel] ([K][ap], S: f32*, ap a multiple of vw) in place as
+    [Kg][ap][G] codes, vw columns at a time: group row kg reads f32 rows kg*G.. (>= kg)
+    and writes the bytes of f32 row kg, each chunk after reading it."""
+    g = isa.group
+    ct, fv = code_type(isa), ir.VectorType(F32, vw)
     base = b.mul(panel, i64(K * ap))
     out = b.bitcast(b.gep(S, [base], inbounds=True), ct.as_pointer())
-    zero_code = _code(b, ir.Constant(F32, 0.0), aq, isa)
-    with for_range(b, kg_n, name="qg") as kg:
-        with for_range(b, ap, name="qj") as j:
-            vals = []
+    mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
+
+    def group(kg, rows):  # rows: how many of the group's G rows are inside K
+        for c in range(ap // vw):
+            codes = []
             for i in range(g):
-                k = b.add(b.mul(kg, i64(g)), i64(i))
-                if K % g and i >= K % g:  # the last group's rows past K: code of 0.0
-                    ok = b.icmp_signed("<", k, i64(K))
-                    safe = b.select(ok, k, i64(0))
-                    x = b.load(b.gep(S, [b.add(base, b.add(b.mul(safe, i64(ap)), j))], inbounds=True))
-                    vals.append(b.select(ok, _code(b, x, aq, isa), zero_code))
+                if i < rows:
+                    k = b.add(b.mul(kg, i64(g)), i64(i))
+                    x = b.load(_vec_ptr(b, S, b.add(base, b.add(b.mul(k, i64(ap)), i64(c * vw))), fv), align=4)
                 else:
-                    x = b.load(b.gep(S, [b.add(base, b.add(b.mul(k, i64(ap)), j))], inbounds=True))
-                    vals.append(_code(b, x, aq, isa))
-            dst = b.mul(b.add(b.mul(kg, i64(ap)), j), i64(g))
-            for i, v in enumerate(vals):
-                b.store(v, b.gep(out, [b.add(dst, i64(i))], inbounds=True))
+                    x = ir.Constant(fv, [0.0] * vw)
+                codes.append(_code(b, x, aq, isa))
+            while len(codes) > 1:  # concatenate, then one shuffle interleaves the rows
+                codes = [b.shuffle_vector(codes[j], codes[j + 1], ir.Constant(
+                    ir.VectorType(I32, 2 * codes[j].type.count), list(range(2 * codes[j].type.count))))
+                    for j in range(0, len(codes), 2)]
+            inter = b.shuffle_vector(codes[0], ir.Constant(codes[0].type, ir.Undefined), mask)
+            b.store(inter, _vec_ptr(b, out, b.mul(b.add(b.mul(kg, i64(ap)), i64(c * vw)), i64(g)),
+                                   ir.VectorType(ct, vw * g)), align=1)
+    with for_range(b, K // g, name="qg") as kg:
+        group(kg, g)
+    if K % g:
+        group(i64(K // g), K % g)
 
 
 # -- the dot product ------------------------------------------------------------------------
@@ -304,7 +318,7 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
         j0 = b.mul(p, i64(nr))
         panel = b.mul(p, i64(kg_n * nr * g))
         if own:
-            emit_quantize_rows(b, A, b.mul(row0, i64(lda)), lda, mr, K, Q, aq, isa)
+            emit_quantize_rows(b, A, b.mul(row0, i64(lda)), lda, mr, K, Q, aq, isa, vw)
             arow = i64(0)
         else:
             arow = b.mul(row0, i64(kg_n))

@@ -96,7 +96,7 @@ def k_matmul_q4(b, k: KernelArgs):
             left = b.sub(i64(rows), r0)
             n_rows = b.select(b.icmp_signed("<", left, i64(QROWS)), left, i64(QROWS))
             Q = b.gep(b.bitcast(k2.scratch, code_type(isa).as_pointer()), [b.mul(r0, i64(kp))], inbounds=True)
-            emit_quantize_rows(b, k2.ins[0], b.mul(r0, i64(kk)), kk, n_rows, kk, Q, aq, isa)
+            emit_quantize_rows(b, k2.ins[0], b.mul(r0, i64(kk)), kk, n_rows, kk, Q, aq, isa, k2.vw)
         parallel(b, k, -(-rows // QROWS), quant)
 
     def items(b, k2, t, _):
@@ -143,7 +143,7 @@ def k_conv2d_q4(b, k: KernelArgs):
                 _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt,
                                nr, pp)
             if aq:  # the panel's codes, in place
-                emit_quantize_panel(b, b.bitcast(S, F32.as_pointer()), pp, kdim, nr, aq, isa)
+                emit_quantize_panel(b, b.bitcast(S, F32.as_pointer()), pp, kdim, nr, aq, isa, k2.vw)
         parallel(b, k, panels, pack, [xplane0])
 
         def gemm_items(b, k2, t, ex):
