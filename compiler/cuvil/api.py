@@ -150,7 +150,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights=qopts,
                                              fold_fake_quant={"required": qat_mode}))
     target = target or host_target()
-    gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize)
+    gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize, target=target)
     if jit:
         from .backend.llvm.jit import JitEngine
         engine = JitEngine(gen, target)

@@ -474,7 +474,7 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     run_pipeline(module, passes)
     target = resolve_target(opts)
     name = opts["name"]
-    gen = generate(module, name, target.vector_bits, specialize=opts.get("specialize") or ())
+    gen = generate(module, name, target.vector_bits, specialize=opts.get("specialize") or (), target=target)
     plugins = opts.get("plugins") or {"postprocess": None, "custom_ops": []}
     used = sorted({op.attrs["symbol"] for op in module.main.body.ops if op.name == "cuvil.custom"})
     if used and not plugins["custom_ops"]:

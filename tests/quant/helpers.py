@@ -19,8 +19,9 @@ def quantized(module, method: str, **options):
                         verify_each=True)
 
 
-def run_native(module, arrays, vector_bits: int) -> tuple[np.ndarray, ...]:
-    gen = generate(module, "qtest", vector_bits)
+def run_native(module, arrays, vector_bits: int, int8=None) -> tuple[np.ndarray, ...]:
+    """JIT on this host; `int8` (qgemm8.Int8Isa) picks the int8 dot product (default generic)."""
+    gen = generate(module, "qtest", vector_bits, int8=int8)
     return _JitModel(JitEngine(gen, host_target()), gen, module)(*arrays)
 
 

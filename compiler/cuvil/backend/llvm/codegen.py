@@ -28,6 +28,7 @@ from .custom import emit_custom
 from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
 from .gemm import pack_b
 from . import qkernels
+from .qgemm8 import GENERIC, int8_isa
 from .symbolic import FnSizes, KType, Size, SymbolicDecision, body_block, emitting
 from .weights import WEIGHTS_ALIGN, declare_weights
 
@@ -71,11 +72,12 @@ def _inlinable(op, i: int) -> bool:
 
 class _Codegen:
     def __init__(self, module: Module, prefix: str, vector_bits: int, profile: bool = False,
-                 specialize=()):
+                 specialize=(), int8=None):
         self.profile = profile
         self.specializations = [dict(s) for s in specialize]
         self.profile_ops: list = []
         self.vw = max(vector_bits // 32, 1)
+        self.int8 = int8 or GENERIC
         self.fn = module.main
         self.prefix = prefix
         self.mod = ir.Module(name=prefix)
@@ -127,7 +129,7 @@ class _Codegen:
                 self._add_blob(id(op.result), op.value)
         for op in self.fn.body.ops:  # int4 weights, in the layout their kernels read (qkernels.py)
             if op.name == "cuvil.dequantize":
-                self._add_blob(id(op.result), qkernels.quantized_blob(op, self.vw))
+                self._add_blob(id(op.result), qkernels.quantized_blob(op, self.vw, self.int8))
         self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
 
     def kernel(self, op, aliased: bool) -> ir.Function:
@@ -175,7 +177,7 @@ class _Codegen:
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
                           in_types=types[1:], attrs=dict(attrs), consts=consts,
                           vw=self.vw, scratch=f.args[n_args - 1], packed_b=packed, dims=dims,
-                          symbols=self.symbols)
+                          symbols=self.symbols, int8=self.int8)
         try:
             with emitting(FnSizes(f, dims, self.symbols)):
                 emitter(b, args)
@@ -383,8 +385,12 @@ def symbol_order(module: Module, bounds: dict) -> dict[str, int]:
 
 
 def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128,
-             profile: bool = False, specialize=()) -> Generated:
+             profile: bool = False, specialize=(), target=None, int8=None) -> Generated:
     """LLVM IR text and the weights blob for a planned module.
+
+    `target` (a target.Target) picks the int8 dot product (qgemm8.int8_isa: vpmaddwd on
+    x86, vpdpbusd where the features name VNNI); `int8` (a qgemm8.Int8Isa) overrides it.
+    Without either the int8 kernels use the generic form.
 
     `specialize`: symbol -> value mappings (`[{"seq_len": 128}]`); for each, the forward
     is also generated with those dims fixed at compile time, and runs whose dims match
@@ -402,4 +408,5 @@ def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128
         raise BackendError("profiling a model with specialisations is not supported")
     if profile and sum(op.name not in ("cuvil.constant", "cuvil.return") for op in module.main.body.ops) > 4096:
         raise BackendError("profiling supports up to 4096 ops")
-    return _Codegen(module, prefix, vector_bits, profile, specialize).generate()
+    isa = int8 or int8_isa(target, max(vector_bits // 32, 1))
+    return _Codegen(module, prefix, vector_bits, profile, specialize, isa).generate()

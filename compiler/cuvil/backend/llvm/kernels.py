@@ -37,6 +37,7 @@ class KernelArgs:
     scratch: ir.Value | None = None     # i8* scratch memory (see scratch_bytes)
     dims: ir.Value | None = None        # i64* runtime values of the symbolic dims (symbolic.py)
     symbols: dict = field(default_factory=dict)  # symbol -> index into dims
+    int8: object = None                 # qgemm8.Int8Isa of the int8 kernels (None: generic)
 
 
 # -- elementwise ----------------------------------------------------------------------------
@@ -200,7 +201,7 @@ def parallel(b, k: KernelArgs, count: int, body, extras=()):
                     ins=[None if p is None else next(it) for p in k.ins], in_types=k.in_types,
                     attrs=k.attrs, consts=k.consts, vw=k.vw,
                     scratch=next(it) if k.scratch is not None else None,
-                    dims=next(it) if k.dims is not None else None, symbols=k.symbols)
+                    dims=next(it) if k.dims is not None else None, symbols=k.symbols, int8=k.int8)
     # Sizes used in the body materialise in the task, from its own copy of the symbols.
     body_block(tb)
     with emitting(FnSizes(task, k2.dims, k.symbols)):
@@ -296,7 +297,11 @@ PANEL_PAD = 32  # the widest panel (AVX-512): scratch sizes are bounds for every
 
 def scratch_bytes(op) -> int:
     """Scratch memory a kernel needs while it runs (the memory planner reserves it): the
-    GEMM convolutions pack their B operand (im2col or the input planes) in panels."""
+    GEMM convolutions pack their B operand (im2col or the input planes) in panels; an
+    int8 matmul keeps its quantized A (qkernels.int8_scratch_bytes)."""
+    if op.name == "cuvil.matmul":
+        from .qkernels import int8_scratch_bytes
+        return int8_scratch_bytes(op)
     if op.name != "cuvil.conv2d":
         return 0
     x, w = (v.type for v in op.operands[:2])

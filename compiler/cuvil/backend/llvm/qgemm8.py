@@ -1,48 +1,111 @@
-"""int8 GEMM with int32 accumulation: C = rescale(Q(A) @ W) or rescale(W @ Q(B)), where W
-is an int8 weight (per-channel scales) and the f32 activation operand is quantized per
-tensor as it is loaded (q = clamp(rint(x / s) + zp), the same arithmetic as
-ir/ops/quant.fake_quant). The tile keeps MR x NV vectors of i32 accumulators; each k
-step widens one row of W (or one quantized B row) to i32 and does MR * NV
-multiply-adds. Finished tiles are rescaled in the epilogue:
-C[., c] = f32(acc - zp * wsum[c]) * (s * wscale[c]) (wsum: the sum of channel c's codes,
-so the zero point needs no per-element work).
+"""int8 GEMM with int32 accumulation: C = rescale(Q(A) @ W) (matmul) or rescale(W @ Q(B))
+(conv2d as GEMM), where W holds int8 weight codes (per-channel scales) and the f32
+activation operand is quantized per tensor ONCE, before the product, into a code buffer
+(q = clamp(rint(x / s) + zp, qmin, qmax), the arithmetic of ir/ops/quant.fake_quant).
 
-Weight blob (`int8_blob`): the codes, padded to 64 bytes, then f32 wscale[C'] and i32
-wsum[C']; a matmul's codes are [K, N] packed in panels of NR columns (gemm.pack_b's
-layout, C' = the padded N), a conv2d's are its [OC, K] rows (C' = OC).
+The reduction runs over groups of G consecutive k (G = `Int8Isa.group`):
 
-Where the target has AVX-512 VNNI the dot products could use vpdpbusd; this portable
-form is what LLVM vectorises for every target (SSE/AVX2: pmaddwd-free i32 multiplies).
+- G = 2 (`pmaddwd`, `generic`): activation codes are stored as i16 `q - zp` (so the zero
+  point needs no correction) and weights are sign-extended to i16; one step multiplies
+  a pair of activations by a pair of weights per output and adds both products to an
+  i32 lane (x86 `vpmaddwd`: i16 x i16 -> i32, exact, no saturation for these ranges;
+  elsewhere the same arithmetic in plain IR).
+- G = 4 (`vpdpbusd`, `generic4`): activation codes are stored as u8 `u = q - off` (off
+  = 0 for u8, -128 for i8 activations) and weights stay i8; one step adds four u8 x i8
+  products to an i32 lane (x86 AVX-VNNI / AVX512-VNNI `vpdpbusd`, exact, no
+  saturation). The zero point is applied in the epilogue: acc + (off - zp) * wsum[c].
+
+K is padded with zeros to a multiple of G (weights and activations), so the padding
+adds nothing. Finished tiles are rescaled: C[., c] = f32(acc + corr * wsum[c]) *
+(s * wscale[c]), then the op's epilogue (bias, activation, residual) runs in f32.
+
+Layouts (Kg = ceil(K / G), NR = panel_width(vw), AP = NR positions per im2col panel):
+- matmul weight blob: codes in panels of NR columns, panel p = [Kg][NR][G] i8 (group
+  kg of column j is G contiguous bytes; a vector covers vw columns x G k's).
+- conv2d weight blob: the [OC, Kg * G] rows (a row's group is G contiguous bytes).
+  Both: the codes padded to 64 bytes, then f32 wscale[C'] and i32 wsum[C'] (C' = the
+  padded N for a matmul, OC for a conv).
+- matmul activations (scratch): [M][Kg][G] codes (one group is one i32, broadcast).
+- conv2d activations (scratch): the f32 im2col panel [K][AP] is rewritten in place as
+  [Kg][AP][G] codes (4 * AP bytes per group row: the same bytes as one f32 row).
+
+With G = 2 the conv's weight pairs are widened to i16 once per tile into a stack buffer
+so that each step's broadcast is a plain 32-bit load.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
 
 from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
-from .gemm import _splat, _vec_ptr, micro_shape, pack_b, panel_width
+from .gemm import _splat, _vec_ptr, micro_shape, panel_width
 from .loops import alloca_in_entry, for_range
 from .qgemm import _work_items
 
-I8, I32 = ir.IntType(8), ir.IntType(32)
+I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+
+
+@dataclass(frozen=True)
+class Int8Isa:
+    """How the integer dot products are computed: group (G above) and dot, one of
+    "pmaddwd" (x86 SSE2/AVX2/AVX-512BW), "vpdpbusd" (x86 AVX-VNNI / AVX512-VNNI),
+    "generic" (G = 2 in plain IR) and "generic4" (G = 4 in plain IR: the VNNI layouts
+    on any target, for tests)."""
+    group: int = 2
+    dot: str = "generic"
+
+
+GENERIC = Int8Isa(2, "generic")
+
+
+def int8_isa(target, vw: int) -> Int8Isa:
+    """The best exact int8 dot product of target for vectors of vw i32 lanes."""
+    if target is None or target.arch != "x86_64":
+        return GENERIC
+    f = target.has_feature
+    if vw >= 16:
+        if f("avx512vnni"):
+            return Int8Isa(4, "vpdpbusd")
+        return Int8Isa(2, "pmaddwd") if f("avx512bw") else GENERIC
+    if vw == 8:
+        if f("avxvnni") or (f("avx512vnni") and f("avx512vl")):
+            return Int8Isa(4, "vpdpbusd")
+        return Int8Isa(2, "pmaddwd") if f("avx2") else GENERIC
+    return Int8Isa(2, "pmaddwd") if vw == 4 else GENERIC
 
 
 def _pad64(n: int) -> int:
     return -(-n // 64) * 64
 
 
-def int8_blob(codes_rows: np.ndarray, scale: np.ndarray, packed: bool, vw: int) -> np.ndarray:
+def groups(K: int, isa: Int8Isa) -> int:
+    return -(-K // isa.group)
+
+
+def int8_blob(codes_rows: np.ndarray, scale: np.ndarray, packed: bool, vw: int, isa: Int8Isa = GENERIC) -> np.ndarray:
     """codes_rows [C, K] i8, scale [C] f32 -> the weight blob above (u8)."""
-    wsum = codes_rows.astype(np.int32).sum(axis=1)
+    c, k = codes_rows.shape
+    g = isa.group
+    kp = groups(k, isa) * g
+    rows = np.zeros((c, kp), np.int8)
+    rows[:, :k] = codes_rows
+    wsum = rows.astype(np.int32).sum(axis=1)
     if packed:
-        codes = pack_b(np.ascontiguousarray(codes_rows.T), vw)
-        cp = codes.shape[0] * panel_width(vw)
+        nr = panel_width(vw)
+        panels = -(-c // nr)
+        cols = np.zeros((panels * nr, kp), np.int8)
+        cols[:c] = rows
+        # [panels, nr, kg, g] -> [panels, kg, nr, g]
+        codes = cols.reshape(panels, nr, kp // g, g).transpose(0, 2, 1, 3)
+        cp = panels * nr
         scale = np.concatenate([scale, np.zeros(cp - len(scale), np.float32)])
         wsum = np.concatenate([wsum, np.zeros(cp - len(wsum), np.int32)])
     else:
-        codes = codes_rows
-    raw = codes.astype(np.int8).tobytes()
+        codes = rows
+    raw = np.ascontiguousarray(codes).tobytes()
     head = raw + b"\0" * (_pad64(len(raw)) - len(raw))
     return np.frombuffer(head + scale.astype("<f4").tobytes() + wsum.astype("<i4").tobytes(), np.uint8)
 
@@ -55,6 +118,7 @@ def blob_parts(b, blob, code_bytes: int, channels: int):
     return blob, scale, wsum
 
 
+# -- quantization --------------------------------------------------------------------------
 def _fcall(b, name, args):
     """A float intrinsic (llvm.rint, llvm.maxnum, ...) on f32 or <n x f32> operands."""
     ty = args[0].type
@@ -64,7 +128,8 @@ def _fcall(b, name, args):
 
 
 def _quantize(b, x, aq):
-    """f32 (scalar or vector) -> i32 codes, as fake_quant rounds them."""
+    """f32 (scalar or vector) -> i32 codes q, as fake_quant rounds them (the clamp is a
+    compare and select: NaN inputs have no defined code)."""
     lo, hi = act_bounds(aq)
     ty = x.type
 
@@ -72,24 +137,148 @@ def _quantize(b, x, aq):
         return ir.Constant(ty, [v] * ty.count) if isinstance(ty, ir.VectorType) else ir.Constant(ty, v)
     inv = float(np.float32(1.0 / aq["scale"]))
     q = b.fadd(_fcall(b, "llvm.rint", [b.fmul(x, c(inv))]), c(float(aq["zero_point"])))
-    q = _fcall(b, "llvm.minnum", [_fcall(b, "llvm.maxnum", [q, c(float(lo))]), c(float(hi))])
+    q = b.select(b.fcmp_ordered("<", q, c(float(lo))), c(float(lo)), q)
+    q = b.select(b.fcmp_ordered(">", q, c(float(hi))), c(float(hi)), q)
     ity = ir.VectorType(I32, ty.count) if isinstance(ty, ir.VectorType) else I32
     return b.fptosi(q, ity)
 
 
-def _tile(b, K, mr, nv, vw, operands, rescale, C, c_row0, ldc, c_j0, valid):
-    """i32 accumulation over K (operands(k) -> (mr splatted A vectors, nv B vectors),
-    all <vw x i32>), then rescale(acc, r, v) -> <vw x f32> stored into C."""
+def code_offset(aq, isa: Int8Isa) -> int:
+    """What is subtracted from q before it is stored: zp (G = 2) or off (G = 4)."""
+    if isa.group == 2:
+        return int(aq["zero_point"])
+    return 0 if aq["dtype"] == "u8" else -128
+
+
+def code_type(isa: Int8Isa):
+    return I16 if isa.group == 2 else I8
+
+
+def _code(b, x, aq, isa):
+    """f32 -> the stored code (q - code_offset) as i16 / i8 (u8 bits)."""
+    q = _quantize(b, x, aq)
+    off = code_offset(aq, isa)
+    if off:
+        q = b.sub(q, ir.Constant(q.type, off))
+    ct = code_type(isa)
+    return b.trunc(q, ir.VectorType(ct, q.type.count) if isinstance(q.type, ir.VectorType) else ct)
+
+
+def _corr(aq, isa: Int8Isa) -> int:
+    """The multiple of wsum the epilogue adds: sum (q - zp) w = sum u w + corr * wsum."""
+    return 0 if isa.group == 2 else code_offset(aq, isa) - int(aq["zero_point"])
+
+
+def emit_quantize_rows(b, A, a_off, lda, rows, K, Q, aq, isa, vw=8):
+    """Q[r][Kg * G] = codes of A[a_off + r * lda + k] for r in [0, rows), zeros past K (Q:
+    i16* / i8*); vw values at a time, then a scalar tail."""
+    kp = groups(K, isa) * isa.group
+    ct, fv = code_type(isa), ir.VectorType(F32, vw)
+    with for_range(b, rows, name="qr") as r:
+        src = b.add(a_off, b.mul(r, i64(lda)))
+        dst = b.mul(r, i64(kp))
+        with for_range(b, K // vw, name="qv") as kv:
+            k = b.mul(kv, i64(vw))
+            x = b.load(_vec_ptr(b, A, b.add(src, k), fv), align=4)
+            b.store(_code(b, x, aq, isa), _vec_ptr(b, Q, b.add(dst, k), ir.VectorType(ct, vw)), align=1)
+        for k in range(K // vw * vw, K):
+            x = b.load(b.gep(A, [b.add(src, i64(k))], inbounds=True))
+            b.store(_code(b, x, aq, isa), b.gep(Q, [b.add(dst, i64(k))], inbounds=True))
+        for k in range(K, kp):
+            b.store(ir.Constant(ct, 0), b.gep(Q, [b.add(dst, i64(k))], inbounds=True))
+
+
+def emit_quantize_panel(b, S, panel, K, ap, aq, isa, vw):
+    """Rewrite the f32 panel S[panel] ([K][ap], S: f32*, ap a multiple of vw) in place as
+    [Kg][ap][G] codes, vw columns at a time: group row kg reads f32 rows kg*G.. (>= kg)
+    and writes the bytes of f32 row kg, each chunk after reading it."""
+    g = isa.group
+    ct, fv = code_type(isa), ir.VectorType(F32, vw)
+    base = b.mul(panel, i64(K * ap))
+    out = b.bitcast(b.gep(S, [base], inbounds=True), ct.as_pointer())
+    mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
+
+    def group(kg, rows):  # rows: how many of the group's G rows are inside K
+        for c in range(ap // vw):
+            codes = []
+            for i in range(g):
+                if i < rows:
+                    k = b.add(b.mul(kg, i64(g)), i64(i))
+                    x = b.load(_vec_ptr(b, S, b.add(base, b.add(b.mul(k, i64(ap)), i64(c * vw))), fv), align=4)
+                else:
+                    x = ir.Constant(fv, [0.0] * vw)
+                codes.append(_code(b, x, aq, isa))
+            while len(codes) > 1:  # concatenate, then one shuffle interleaves the rows
+                codes = [b.shuffle_vector(codes[j], codes[j + 1], ir.Constant(
+                    ir.VectorType(I32, 2 * codes[j].type.count), list(range(2 * codes[j].type.count))))
+                    for j in range(0, len(codes), 2)]
+            inter = b.shuffle_vector(codes[0], ir.Constant(codes[0].type, ir.Undefined), mask)
+            b.store(inter, _vec_ptr(b, out, b.mul(b.add(b.mul(kg, i64(ap)), i64(c * vw)), i64(g)),
+                                   ir.VectorType(ct, vw * g)), align=1)
+    with for_range(b, K // g, name="qg") as kg:
+        group(kg, g)
+    if K % g:
+        group(i64(K // g), K % g)
+
+
+# -- the dot product ------------------------------------------------------------------------
+def _intrinsic(b, name, ret, args):
+    fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]),
+                                                   name=name)
+    return b.call(fn, list(args))
+
+
+def _lanes_sum(b, p, vw, g):
+    """<vw*g x i32> -> <vw x i32>: lane j = sum of p[j*g .. j*g+g-1]."""
+    undef = ir.Constant(p.type, ir.Undefined)
+    idx = lambda i: ir.Constant(ir.VectorType(I32, vw), [j * g + i for j in range(vw)])  # noqa: E731
+    parts = [b.shuffle_vector(p, undef, idx(i)) for i in range(g)]
+    out = parts[0]
+    for q in parts[1:]:
+        out = b.add(out, q)
+    return out
+
+
+def _dot(b, isa, acc, act, wt, vw):
+    """acc (<vw x i32>) + per lane the dot product of G activation codes (act) and G
+    weight codes (wt); act/wt: <vw*G x i16> (G = 2) or <vw*G x i8> (G = 4, act as u8)."""
+    vty = ir.VectorType(I32, vw)
+    if isa.dot == "pmaddwd":
+        name = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}[vw]
+        return b.add(acc, _intrinsic(b, name, vty, [act, wt]))
+    if isa.dot == "vpdpbusd":
+        return _intrinsic(b, f"llvm.x86.avx512.vpdpbusd.{32 * vw}", vty, [acc, act, wt])
+    wide = ir.VectorType(I32, vw * isa.group)
+    a32 = b.sext(act, wide) if isa.group == 2 else b.zext(act, wide)
+    return b.add(acc, _lanes_sum(b, b.mul(a32, b.sext(wt, wide)), vw, isa.group))
+
+
+def _group_vec(b, ptr, index, vw, isa, ty):
+    """The vector <vw*G x ty> at element index of ptr (ty*)."""
+    return b.load(_vec_ptr(b, ptr, index, ir.VectorType(ty, vw * isa.group)), align=1)
+
+
+def _bcast(b, ptr32, index, vw, isa):
+    """One group (an i32 at index of ptr32) splatted to <vw*G x i16 / i8>."""
+    s = _splat(b, b.load(b.gep(ptr32, [index], inbounds=True), align=1), ir.VectorType(I32, vw))
+    return b.bitcast(s, ir.VectorType(code_type(isa), vw * isa.group))
+
+
+def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, valid):
+    """i32 accumulation over Kg groups (operands(kg) -> (mr activation-or-weight
+    broadcasts, nv vectors, which side is the activation)), then rescale(acc, r, v) ->
+    <vw x f32> stored into C."""
     vty = ir.VectorType(I32, vw)
     accs = [[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)]
     for row in accs:
         for a in row:
             b.store(ir.Constant(vty, [0] * vw), a)
-    with for_range(b, K, name="k") as k:
-        av, bv = operands(k)
+    with for_range(b, kg_n, name="kg") as kg:
+        av, bv, act_is_a = operands(kg)
         for r in range(mr):
             for v in range(nv):
-                b.store(b.add(b.load(accs[r][v]), b.mul(av[r], bv[v])), accs[r][v])
+                act, wt = (av[r], bv[v]) if act_is_a else (bv[v], av[r])
+                b.store(_dot(b, isa, b.load(accs[r][v]), act, wt, vw), accs[r][v])
     fty = ir.VectorType(F32, vw)
     full = nv * vw if valid is None else (valid // vw) * vw
     for r in range(mr):
@@ -104,68 +293,98 @@ def _tile(b, K, mr, nv, vw, operands, rescale, C, c_row0, ldc, c_j0, valid):
                     b.store(x, b.gep(C, [b.add(crow, i64(full + j))], inbounds=True))
 
 
-def emit_i8b_gemm(b, A, lda, blob, C, ldc, M, N, K, vw, aq, epilogue, items):
-    """C = A @ W: A f32 [M, K] quantized on load, W int8 [K, N] in panels (int8_blob)."""
+def _fixed(b, acc, ws, corr, vty):
+    return b.add(acc, b.mul(ws, ir.Constant(vty, [corr] * vty.count))) if corr else acc
+
+
+def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, items):
+    """C = A @ W: W int8 [K, N] in panels (int8_blob, packed). Q: the codes of all of A
+    ([M][Kg][G], emit_quantize_rows), or None: each tile quantizes its own rows of A
+    (f32 [M, K], row stride lda) into a stack buffer first (a runtime M, no scratch)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     cp = -(-N // nr) * nr
-    codes, wscale, wsum = blob_parts(b, blob, K * cp, cp)
+    kg_n, g = groups(K, isa), isa.group
+    codes, wscale, wsum = blob_parts(b, blob, kg_n * g * cp, cp)
     ity, fty = ir.VectorType(I32, vw), ir.VectorType(F32, vw)
-    zp, s = aq["zero_point"], float(np.float32(aq["scale"]))
+    own = Q is None
+    if own:
+        Q = b.bitcast(alloca_in_entry(b, ir.ArrayType(code_type(isa), mr_full * kg_n * g)),
+                      code_type(isa).as_pointer())
+    q32 = b.bitcast(Q, I32.as_pointer())
+    s, corr = float(np.float32(aq["scale"])), _corr(aq, isa)
 
     def tile(row0, mr, p, valid):
         j0 = b.mul(p, i64(nr))
-        panel = b.mul(p, i64(K * nr))
+        panel = b.mul(p, i64(kg_n * nr * g))
+        if own:
+            emit_quantize_rows(b, A, b.mul(row0, i64(lda)), lda, mr, K, Q, aq, isa, vw)
+            arow = i64(0)
+        else:
+            arow = b.mul(row0, i64(kg_n))
 
-        def operands(k):
-            brow = b.add(panel, b.mul(k, i64(nr)))
-            bv = [b.sext(b.load(_vec_ptr(b, codes, b.add(brow, i64(v * vw)), ir.VectorType(I8, vw)), align=1), ity)
-                  for v in range(nv)]
-            av = [_splat(b, _quantize(b, b.load(b.gep(A, [b.add(b.mul(b.add(row0, i64(r)), i64(lda)), k)],
-                                                       inbounds=True)), aq), ity) for r in range(mr)]
-            return av, bv
+        def operands(kg):
+            brow = b.add(panel, b.mul(kg, i64(nr * g)))
+            bv = [_group_vec(b, codes, b.add(brow, i64(v * vw * g)), vw, isa, I8) for v in range(nv)]
+            if g == 2:
+                bv = [b.sext(x, ir.VectorType(I16, vw * g)) for x in bv]
+            av = [_bcast(b, q32, b.add(b.add(arow, i64(r * kg_n)), kg), vw, isa) for r in range(mr)]
+            return av, bv, True
 
         def rescale(acc, r, v):
             col = b.add(j0, i64(v * vw))
             ws = b.load(_vec_ptr(b, wsum, col, ity), align=4)
             sc = b.fmul(b.load(_vec_ptr(b, wscale, col, fty), align=4), ir.Constant(fty, [s] * vw))
-            fixed = b.sub(acc, b.mul(ws, ir.Constant(ity, [zp] * vw))) if zp else acc
-            return b.fmul(b.sitofp(fixed, fty), sc)
-        _tile(b, K, mr, nv, vw, operands, rescale, C, b.mul(row0, i64(ldc)), ldc, j0, valid)
+            return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
+        _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, b.mul(row0, i64(ldc)), ldc, j0, valid)
         if epilogue is not None:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     _work_items(b, M, N, vw, items, tile)
 
 
-def emit_i8a_gemm(b, blob, a_row_off, rows_total, Bp, C, c_off, ldc, M, N, K, vw, aq, epilogue, items):
-    """C = W @ B: W int8 [rows, K] rows (int8_blob; rows from a_row_off, an i64), B f32
-    [K, N] packed in panels and quantized on load."""
+def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw, aq, isa, epilogue, items):
+    """C = W @ B: W int8 rows [rows_total][Kg * G] (int8_blob; rows from a_row_off, an
+    i64), B the activation codes in panels ([Kg][AP][G] per panel, emit_quantize_panel;
+    Sq: i8*, panel stride K * AP * 4 bytes)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
-    codes, wscale, wsum = blob_parts(b, blob, rows_total * K, rows_total)
+    kg_n, g = groups(K, isa), isa.group
+    codes, wscale, wsum = blob_parts(b, blob, rows_total * kg_n * g, rows_total)
     ity, fty = ir.VectorType(I32, vw), ir.VectorType(F32, vw)
-    zp, s = aq["zero_point"], float(np.float32(aq["scale"]))
+    ct = code_type(isa)
+    S = b.bitcast(Sq, ct.as_pointer())
+    s, corr = float(np.float32(aq["scale"])), _corr(aq, isa)
+    if g == 2:  # the tile's weight rows, widened to i16 pairs
+        wide = b.bitcast(alloca_in_entry(b, ir.ArrayType(I16, mr_full * kg_n * g)), I16.as_pointer())
+        w32 = b.bitcast(wide, I32.as_pointer())
+    else:
+        w32 = b.bitcast(codes, I32.as_pointer())
 
     def tile(row0, mr, p, valid):
         rows = b.add(a_row_off, row0)
-        panel = b.mul(p, i64(K * nr))
+        panel = b.mul(p, i64(K * nr * 4 // (ct.width // 8)))  # K * AP * 4 bytes, in codes
+        if g == 2:
+            src0 = b.mul(rows, i64(kg_n * g))
+            with for_range(b, mr * kg_n * g, name="wx") as e:
+                w = b.load(b.gep(codes, [b.add(src0, e)], inbounds=True))
+                b.store(b.sext(w, I16), b.gep(wide, [e], inbounds=True))
+            wrow0 = i64(0)
+        else:
+            wrow0 = b.mul(rows, i64(kg_n))
 
-        def operands(k):
-            brow = b.add(panel, b.mul(k, i64(nr)))
-            bv = [_quantize(b, b.load(_vec_ptr(b, Bp, b.add(brow, i64(v * vw)), fty), align=4), aq)
-                  for v in range(nv)]
-            av = [_splat(b, b.sext(b.load(b.gep(codes, [b.add(b.mul(b.add(rows, i64(r)), i64(K)), k)],
-                                                 inbounds=True)), I32), ity) for r in range(mr)]
-            return av, bv
+        def operands(kg):
+            brow = b.add(panel, b.mul(kg, i64(nr * g)))
+            bv = [_group_vec(b, S, b.add(brow, i64(v * vw * g)), vw, isa, ct) for v in range(nv)]
+            av = [_bcast(b, w32, b.add(b.add(wrow0, i64(r * kg_n)), kg), vw, isa) for r in range(mr)]
+            return av, bv, False
 
         def rescale(acc, r, v):
             row = b.add(rows, i64(r))
             ws = _splat(b, b.load(b.gep(wsum, [row], inbounds=True)), ity)
             sc = _splat(b, b.fmul(b.load(b.gep(wscale, [row], inbounds=True)), ir.Constant(F32, s)), fty)
-            fixed = b.sub(acc, b.mul(ws, ir.Constant(ity, [zp] * vw))) if zp else acc
-            return b.fmul(b.sitofp(fixed, fty), sc)
-        _tile(b, K, mr, nv, vw, operands, rescale, C, b.add(c_off, b.mul(row0, i64(ldc))), ldc, b.mul(p, i64(nr)),
-              valid)
+            return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
+        _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, b.add(c_off, b.mul(row0, i64(ldc))), ldc,
+              b.mul(p, i64(nr)), valid)
         if epilogue is not None:
             epilogue(b, row0, mr, b.mul(p, i64(nr)), nr if valid is None else valid)
     _work_items(b, M, N, vw, items, tile)

@@ -3,17 +3,23 @@ quantized constant: the weight stays 4-bit / 8-bit in the object.
 
 int4_block: the GEMM (qgemm.py) dequantises the weight in registers, f32 compute; blob:
 a matmul's B in int4 panels (qgemm.pack_q4_panels), a conv2d's plain Q4_0 rows.
-int8_channel (with the op's `act_quant`): integer GEMM (qgemm8.py); blob: qgemm8.int8_blob.
+int8_channel (with the op's `act_quant`): integer GEMM (qgemm8.py); blob: qgemm8.int8_blob
+in the layout of the kernel's `Int8Isa` (KernelArgs.int8). The activations are quantized
+once per call: a matmul's A into scratch (`int8_scratch_bytes`; per tile where M is a
+runtime size), a conv's im2col panels in place after packing.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import BackendError
-from .emit import I8, i64
+from .emit import F32, I8, i64
 from .gemm import emit_pack_b, packed_work_items, panel_width
 from .kernels import KernelArgs, _epilogue, _im2col_packed, _row_epilogue, conv_geometry, parallel
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
-from .qgemm8 import emit_i8a_gemm, emit_i8b_gemm, int8_blob
+from .qgemm8 import (GENERIC, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel, emit_quantize_rows,
+                     groups, int8_blob)
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
 
@@ -26,7 +32,23 @@ def quantized_weight(op) -> str | None:
     return d.attrs["scheme"] if d is not None and d.name == "cuvil.dequantize" else None
 
 
-def quantized_blob(dq, vw: int):
+QROWS = 16  # rows of A per task of the matmul's quantization pass
+
+
+def int8_scratch_bytes(op) -> int:
+    """Scratch of an int8 matmul: its A's codes, [M][Kg][G] (at most 2 bytes a code, K
+    padded to a multiple of 4); 0 where M is a runtime size (the tiles quantize their
+    own rows then)."""
+    if op.name != "cuvil.matmul" or not op.attrs.get("act_quant") or quantized_weight(op) != "int8_channel":
+        return 0
+    shape = op.operands[0].type.shape
+    if not all(isinstance(d, int) for d in shape):
+        return 0
+    k = shape[-1]
+    return int(np.prod(shape[:-1], dtype=np.int64)) * (-(-k // 4) * 4) * 2
+
+
+def quantized_blob(dq, vw: int, isa=GENERIC):
     """The bytes the object embeds for the `cuvil.dequantize` op dq (see the module doc)."""
     q = dq.operands[0].defining_op
     scale = dq.operands[-1].defining_op
@@ -48,7 +70,7 @@ def quantized_blob(dq, vw: int):
                                + (f" ({u.loc})" if u.loc else ""))
         kinds.add(u.name)
     if dq.attrs["scheme"] == "int8_channel":
-        return int8_blob(q.value, scale.value, kinds == {"cuvil.matmul"}, vw)
+        return int8_blob(q.value, scale.value, kinds == {"cuvil.matmul"}, vw, isa)
     if kinds == {"cuvil.matmul"}:
         return pack_q4_panels(q.value, vw)
     return q.value
@@ -64,12 +86,25 @@ def k_matmul_q4(b, k: KernelArgs):
         raise BackendError("matmul epilogue cannot be applied per tile")
 
     aq = k.attrs.get("act_quant")
+    isa = k.int8 or GENERIC
+    whole = bool(aq) and isinstance(rows, int) and isinstance(kk, int)  # int8_scratch_bytes reserved it
+    if whole:  # quantize A once, QROWS rows a task
+        kp = groups(kk, isa) * isa.group
+
+        def quant(b, k2, t, _):
+            r0 = b.mul(t, i64(QROWS))
+            left = b.sub(i64(rows), r0)
+            n_rows = b.select(b.icmp_signed("<", left, i64(QROWS)), left, i64(QROWS))
+            Q = b.gep(b.bitcast(k2.scratch, code_type(isa).as_pointer()), [b.mul(r0, i64(kp))], inbounds=True)
+            emit_quantize_rows(b, k2.ins[0], b.mul(r0, i64(kk)), kk, n_rows, kk, Q, aq, isa, k2.vw)
+        parallel(b, k, -(-rows // QROWS), quant)
 
     def items(b, k2, t, _):
         Bq = b.bitcast(k2.ins[1], I8.as_pointer())
         epi2, span = _row_epilogue(k2, 2, ot.rank - 1), (t, b.add(t, i64(1)))
         if aq:
-            emit_i8b_gemm(b, k2.ins[0], kk, Bq, k2.out, n, rows, n, kk, k2.vw, aq, epi2, span)
+            Q = b.bitcast(k2.scratch, code_type(isa).as_pointer()) if whole else None
+            emit_i8b_gemm(b, Q, k2.ins[0], kk, Bq, k2.out, n, rows, n, kk, k2.vw, aq, isa, epi2, span)
         else:
             emit_q4b_gemm(b, k2.ins[0], kk, Bq, k2.out, n, rows, n, kk, k2.vw, epi2, items=span)
     parallel(b, k, packed_work_items(rows, n, k.vw), items)
@@ -93,6 +128,7 @@ def k_conv2d_q4(b, k: KernelArgs):
     epi_all = _row_epilogue(k, 2, 2)
     tile_epilogue = epi_all is not None and epi_all.supports_cols
     aq = k.attrs.get("act_quant")
+    isa = k.int8 or GENERIC
     with for_range(b, n * g, name="ng") as ng:
         ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
@@ -106,6 +142,8 @@ def k_conv2d_q4(b, k: KernelArgs):
             else:
                 _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt,
                                nr, pp)
+            if aq:  # the panel's codes, in place
+                emit_quantize_panel(b, b.bitcast(S, F32.as_pointer()), pp, kdim, nr, aq, isa, k2.vw)
         parallel(b, k, panels, pack, [xplane0])
 
         def gemm_items(b, k2, t, ex):
@@ -116,8 +154,8 @@ def k_conv2d_q4(b, k: KernelArgs):
             tile_epi = None if epi is None else (lambda bb, r0, mr, c0, nc: epi(bb, bb.add(rb, r0), mr, c0, nc))
             span = (t, b.add(t, i64(1)))
             if aq:
-                emit_i8a_gemm(b, Aq, b.mul(g_, i64(ocg)), oc, S, k2.out, b.mul(rb, i64(p)), p, ocg, p, kdim,
-                              k2.vw, aq, tile_epi, span)
+                emit_i8a_gemm(b, Aq, b.mul(g_, i64(ocg)), oc, k2.scratch, k2.out, b.mul(rb, i64(p)), p, ocg, p,
+                              kdim, k2.vw, aq, isa, tile_epi, span)
             else:
                 emit_q4a_gemm(b, Aq, b.mul(g_, i64(ocg)), S, k2.out, b.mul(rb, i64(p)), p, ocg, p, kdim, k2.vw,
                               tile_epi, items=span)
