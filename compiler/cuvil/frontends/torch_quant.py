@@ -91,8 +91,8 @@ def _quantize_per_channel(low, a):
     shape[axis] = -1
     inv = np.float32(1.0) / scales.reshape(shape)
     q = np.clip(np.rint(w * inv) + zps.reshape(shape), a["quant_min"], a["quant_max"])
-    return low.const(q.astype(np.int8 if _code_dtype(a["dtype"]) == "i8" else np.uint8),
-                     "i8" if _code_dtype(a["dtype"]) == "i8" else "u8")
+    dtype = _code_dtype(a["dtype"])
+    return low.const(q, dtype)
 
 
 def _float_dequantize(low, q: Value, scale: np.ndarray, zp: np.ndarray, axis: int | None) -> Value:
