@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import CuvilError
 from ..ir import Function, Op, Value
-from ..ir.interpreter import evaluate_op
+from ..ir.interpreter import bind_dims, evaluate_op
 
 RANGES = ("minmax", "percentile")
 
@@ -28,17 +28,18 @@ def _walk(fn: Function, inputs: Sequence[np.ndarray], visit: Callable[[Op, list,
             last[id(v)] = i
     if len(inputs) != len(fn.args):
         raise CuvilError(f"a calibration input has {len(inputs)} arrays, the model takes {len(fn.args)}")
+    try:
+        dims = bind_dims(fn, inputs)
+    except CuvilError as e:
+        raise CuvilError(f"calibration {e}") from None
     env: dict[int, np.ndarray] = {}
-    for a, x, name in zip(fn.args, inputs, fn.input_names):
-        x = np.asarray(x)
-        if a.type.is_static and tuple(x.shape) != a.type.shape:
-            raise CuvilError(f"calibration input {name!r}: expected shape {list(a.type.shape)}, got {list(x.shape)}")
-        env[id(a)] = x.astype(a.type.np_dtype, copy=False)
+    for a, x in zip(fn.args, inputs):
+        env[id(a)] = np.asarray(x).astype(a.type.np_dtype, copy=False)
     for i, op in enumerate(ops):
         if op.name == "cuvil.return":
             return
         args = [env[id(v)] for v in op.operands]
-        outs = evaluate_op(op, args)
+        outs = evaluate_op(op, args, dims)
         visit(op, args, outs)
         for r, o in zip(op.results, outs):
             env[id(r)] = o

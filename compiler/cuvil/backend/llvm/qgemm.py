@@ -19,8 +19,9 @@ from llvmlite import ir
 
 from ...ir.ops.quant import Q4_BLOCK_BYTES, QK
 from .emit import F16, F32, i64
-from .gemm import CONTRACT, ROW_GROUP, _splat, _vec_ptr, micro_shape, panel_width, row_blocks
+from .gemm import CONTRACT, ROW_GROUP, _last_block, _splat, _vec_ptr, micro_shape, panel_width, row_blocks
 from .loops import alloca_in_entry, for_range
+from .symbolic import is_runtime
 
 I8 = ir.IntType(8)
 HALF = QK // 2
@@ -125,10 +126,9 @@ def _work_items(b, M, N, vw, items, tile):
             full_end = b.select(b.icmp_signed("<", blk1, i64(full_rows)), blk1, i64(full_rows))
             with for_range(b, full_end, start=blk0, name="ib") as ib:
                 tile(b.mul(ib, i64(mr_full)), mr_full, p, valid)
-            if M % mr_full:
+            if is_runtime(M % mr_full) or M % mr_full:
                 has_last = b.and_(b.icmp_signed("<=", blk0, i64(full_rows)), b.icmp_signed(">", blk1, i64(full_rows)))
-                with b.if_then(has_last):
-                    tile(i64(full_rows * mr_full), M % mr_full, p, valid)
+                _last_block(b, M, mr_full, has_last, lambda rows: tile(i64(full_rows * mr_full), rows, p, valid))
 
         if last_cols == nr:
             rows_of(None)
