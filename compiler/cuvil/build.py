@@ -430,14 +430,11 @@ def resolve_target(opts: dict):
     return Target.from_triple(TRIPLES[arch], cpu, features)
 
 
-def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
-    """The compile stage: .cvir + options -> <name>.o, <name>.weights.o, <name>.h,
-    <name>.json in out_dir. Imports no framework. Returns the manifest."""
-    from .backend.header import render_header
-    from .backend.llvm.codegen import generate
+def optimised_module(cvir: Path, opts: dict, report: bool = False):
+    """The compile stage up to code generation: the bundle read and named per opts, then
+    the pass pipeline with opts' quantization. Returns (module, fp32 weight bytes).
+    `report` has int8_sym record every candidate layer (`cuvil quant-report`)."""
     from .backend.llvm.kernels import scratch_bytes
-    from .backend.llvm.target import compile_to_object
-    from .backend.llvm.weights import weights_object
     from .ir import read_bundle
     from .passes.pipeline import default_pipeline, run_pipeline
     from .passes.quantize_weights import weight_bytes
@@ -467,11 +464,27 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
                              "quantization.calibration (files or a generator) to the config")
     if q in ("int8_sym", "int4_block") and (opts.get("quantization_options") or {}).get("calibration"):
         qopts["calibration"] = tuple(calibration_inputs(opts["quantization_options"], fn, opts["preprocess"]))
+    if report and q == "int8_sym" and not qat:
+        qopts["report"] = True
     passes = default_pipeline(memory_plan={"scratch": scratch_bytes},
                               quantize_weights={"method": "none" if qat else q, **({} if qat else qopts)},
                               fold_fake_quant={"required": qat, "activation": qopts.get("activation", "") if qat else ""},
                               **({} if opts.get("fuse", True) else {"fuse_epilogues": False}))
     run_pipeline(module, passes)
+    return module, weights_before
+
+
+def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
+    """The compile stage: .cvir + options -> <name>.o, <name>.weights.o, <name>.h,
+    <name>.json in out_dir. Imports no framework. Returns the manifest."""
+    from .backend.header import render_header
+    from .backend.llvm.codegen import generate
+    from .backend.llvm.target import compile_to_object
+    from .backend.llvm.weights import weights_object
+    from .passes.quantize_weights import weight_bytes
+
+    q = opts["quantization"]
+    module, weights_before = optimised_module(cvir, opts)
     target = resolve_target(opts)
     name = opts["name"]
     gen = generate(module, name, target.vector_bits, specialize=opts.get("specialize") or (), target=target)

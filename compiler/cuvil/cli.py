@@ -6,6 +6,7 @@
     cuvil compile model.cvir --config config.yaml --output-dir DIR [--target T]
     cuvil link DIR --kind executable --output OUT [--plugin FILE ...]
     cuvil inspect model.cvir | DIR | manifest.json | ARTIFACT   IR and memory plan, or ABI signatures
+    cuvil quant-report --config config.yaml [--quantization M] [--inputs N] [--json FILE]
     cuvil run ARTIFACT [ARGS...]                     run an executable (qemu for aarch64, node for wasm)
 """
 from __future__ import annotations
@@ -75,6 +76,21 @@ def _cmd_compile(args) -> int:
         opts["quantization"] = args.quantization
     manifest = compile_bundle(Path(args.bundle), opts, Path(args.output_dir))
     print(f"wrote {manifest['prefix']}.o, .weights.o, .h, .json to {args.output_dir}")
+    return 0
+
+
+def _cmd_quant_report(args) -> int:
+    from .config import load_config
+    from .quant_report import format_report, quant_report, write_json
+    if args.inputs is not None and args.inputs < 1:
+        raise CuvilError(f"--inputs {args.inputs}: give at least 1")
+    cfg = load_config(args.config)
+    report = quant_report(cfg, args.quantization, args.inputs, args.cache_dir and Path(args.cache_dir),
+                          log=lambda m: print(m, file=sys.stderr))
+    sys.stdout.write(format_report(report))
+    if args.json:
+        write_json(report, Path(args.json))
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
 
@@ -198,6 +214,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plugin", action="append", default=[], metavar="FILE",
                    help="a plugin module (.c, .o or .a) to link in (repeat for each)")
     s.set_defaults(func=_cmd_link)
+
+    s = sub.add_parser("quant-report", help="per-layer quantization scales and errors against fp32 on the "
+                                            "calibration inputs (interpreted, no native build)")
+    s.add_argument("--config", required=True)
+    s.add_argument("--quantization", choices=["fp16", "int8_sym", "int4_block"], help="overrides quantization.method")
+    s.add_argument("--inputs", type=int, help="compare outputs on at most this many calibration inputs")
+    s.add_argument("--json", help="also write the report as JSON to this file")
+    s.add_argument("--cache-dir", help="default: .cuvil-cache next to the config")
+    s.set_defaults(func=_cmd_quant_report)
 
     s = sub.add_parser("run", help="run a built executable: natively, under qemu (aarch64) or node (wasm32)")
     s.add_argument("artifact", help="the executable (ELF or .wasm)")

@@ -80,18 +80,22 @@ def activation_ranges(fn: Function, batches: Iterable[Sequence[np.ndarray]], wat
     return out
 
 
-def output_errors(fn: Function, inputs: Sequence[np.ndarray], variants: dict[int, Callable]) -> dict[int, float]:
+def output_errors(fn: Function, batches: Iterable[Sequence[np.ndarray]], variants: dict[int, Callable]) -> dict[int, float]:
     """For ops id(op) -> make(args) returning the op's quantized output: the relative
-    L2 error of that output against the f32 one, on one calibration input."""
-    errs = {}
+    L2 error of that output against the f32 one (both from the f32 operands), over all
+    the calibration inputs in `batches` (sqrt of summed squared errors over summed squares)."""
+    num: dict[int, float] = {}
+    den: dict[int, float] = {}
 
     def visit(op, args, outs):
         if id(op) in variants:
             ref = outs[0].astype(np.float64)
             got = variants[id(op)](args).astype(np.float64)
-            errs[id(op)] = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
-    _walk(fn, inputs, visit)
-    return errs
+            num[id(op)] = num.get(id(op), 0.0) + float(np.square(got - ref).sum())
+            den[id(op)] = den.get(id(op), 0.0) + float(np.square(ref).sum())
+    for batch in batches:
+        _walk(fn, batch, visit)
+    return {i: float(np.sqrt(num[i] / max(den[i], 1e-60))) for i in num}
 
 
 def input_grams(fn: Function, batches: Iterable[Sequence[np.ndarray]], ops: Sequence[Op]) -> dict[int, np.ndarray]:

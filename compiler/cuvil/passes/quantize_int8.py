@@ -66,8 +66,11 @@ def _fake_output(op: Op, aq: dict, axis: int):
     return run
 
 
-def int8_rewrite(fn, calibration, act_dtype: str, ranges: str, percentile: float, keep_f32: int) -> dict:
-    """Rewrite fn's candidates to int8; returns the report stored in fn.attrs."""
+def int8_rewrite(fn, calibration, act_dtype: str, ranges: str, percentile: float, keep_f32: int,
+                 report: bool = False) -> dict:
+    """Rewrite fn's candidates to int8; returns the report stored in fn.attrs. With
+    `report`, it also lists every candidate (`layers`: its scales, and its output error
+    against f32 over all the calibration inputs, as `cuvil quant-report` prints)."""
     if act_dtype not in ACT_DTYPES:
         raise CuvilError(f"activation dtype {act_dtype!r}: use u8 (asymmetric) or i8 (symmetric)")
     ops = []
@@ -80,17 +83,22 @@ def int8_rewrite(fn, calibration, act_dtype: str, ranges: str, percentile: float
         if int8_candidate(op) is not None:
             ops.append(op)
     batches = list(calibration)
+    candidates = list(ops)
     found = activation_ranges(fn, batches, [op.operands[0] for op in ops], ranges, percentile)
     params = {id(op): act_params(*found[id(op.operands[0])], act_dtype) for op in ops}
-    kept = []
-    if keep_f32 and ops:
-        errs = output_errors(fn, batches[0], {id(op): _fake_output(op, params[id(op)], int8_candidate(op))
-                                              for op in ops})
-        worst = sorted(ops, key=lambda op: -errs[id(op)])[:keep_f32]
+    kept, errs = [], {}
+    variants = {id(op): _fake_output(op, params[id(op)], int8_candidate(op)) for op in ops}
+    if report and ops:
+        errs = output_errors(fn, batches, variants)
+    if keep_f32 and ops:  # ranked on the first calibration input
+        first = output_errors(fn, batches[:1], variants)
+        worst = sorted(ops, key=lambda op: -first[id(op)])[:keep_f32]
         index = {id(op): i for i, op in enumerate(ops)}
         kept = [{"op": op.name, "index": index[id(op)], "weight": list(op.operands[1].shape), "loc": op.loc,
-                 "error": round(errs[id(op)], 5)} for op in worst]
+                 "error": round(first[id(op)], 5)} for op in worst]
         ops = [op for op in ops if op not in worst]
+    layers = [_layer(i, op, params[id(op)], errs.get(id(op)), op not in ops)
+              for i, op in enumerate(candidates)] if report else None
     done: dict[tuple, object] = {}
     for op in ops:
         w, axis = op.operands[1], int8_candidate(op)
@@ -110,7 +118,17 @@ def int8_rewrite(fn, calibration, act_dtype: str, ranges: str, percentile: float
         op.attrs["act_quant"] = params[id(op)]
         if not w.uses:
             fn.body.erase(c)
-    return {"int8_ops": len(ops), "kept_f32": kept}
+    return {"int8_ops": len(ops), "kept_f32": kept, **({"layers": layers} if report else {})}
+
+
+def _layer(index: int, op: Op, aq: dict, error: float | None, kept: bool) -> dict:
+    """One candidate of the quantization report."""
+    c = op.operands[1].defining_op
+    _, scale = weight_codes(c.value, int8_candidate(op))
+    return {"index": index, "op": op.name, "loc": op.loc, "weight": list(op.operands[1].shape),
+            "weight_name": c.attrs.get("name"),
+            "weight_scale": [float(scale.min()), float(scale.max())], "act_quant": dict(aq),
+            "error": error, "int8": not kept}
 
 
 __all__ = ["int8_rewrite", "int8_candidate", "ACT_RANGES", "fake_quant"]

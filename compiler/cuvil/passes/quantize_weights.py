@@ -34,6 +34,7 @@ class QuantizeWeights:
     ranges: str = "minmax"        # int8_sym: minmax or percentile (calibrate.py)
     percentile: float = 99.99
     keep_f32: int = 0             # int8_sym: this many most sensitive ops stay f32
+    report: bool = False          # int8_sym: list every candidate's scales and error (quant-report)
     name: str = "quantize-weights"
 
     def apply(self, module: Module) -> None:
@@ -45,7 +46,7 @@ class QuantizeWeights:
         fn = module.main
         if self.method == "int8_sym":
             fn.attrs["quantization"] = int8_rewrite(fn, self.calibration, self.activation, self.ranges,
-                                                    self.percentile, self.keep_f32)
+                                                    self.percentile, self.keep_f32, self.report)
             return
         grams = self._int4_grams(fn) if self.method == "int4_block" and self.calibration else {}
         converted: dict[tuple, object] = {}  # (id(f32 weight), int4 out_axis or None) -> its copy
