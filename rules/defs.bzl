@@ -2,7 +2,7 @@
 
     load("@cuvil//rules:defs.bzl", "cuvil_model", "cuvil_binary")
 
-    cuvil_model(name, model, config, quantization = None, plugins = [], data = [], ...)
+    cuvil_model(name, model, config, quantization = None, plugins = [], data = [], calibration = [], ...)
         a cc_library of the compiled model (+ `<name>_main`, `<name>_capture`,
         `<name>_compile`, ...; see its docstring)
     cuvil_binary(name, model, platform = None, quantization = None, ...)

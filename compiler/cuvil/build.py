@@ -359,10 +359,18 @@ def compile_options(cfg: Config) -> dict:
     if plugin.get("postprocess"):
         post_plugin = {"plugin": plugin["postprocess"]["plugin"],
                        "options": _option_strings(plugin["postprocess"].get("options"))}
+    # Calibration photos go through the input's image preprocess; where an override
+    # drops it for this target (no image codecs there), the base config's applies.
+    cal_pre = dict(pre)
+    for s in (cfg.base_data or d).get("inputs", []):
+        p = s.get("preprocess") or {}
+        if p.get("kind") == "image" and s["name"] not in pre:
+            cal_pre[s["name"]] = dict(p)
     return {
         "name": cfg.name,
         "output_names": [o["name"] for o in d.get("outputs", [])],
         "preprocess": pre,
+        **({"calibration_preprocess": cal_pre} if cal_pre != pre else {}),
         "postprocess": post,
         "plugins": {"postprocess": post_plugin,
                     "custom_ops": sorted({c["symbol"] for c in plugin.get("custom_ops", [])})},
@@ -463,7 +471,8 @@ def optimised_module(cvir: Path, opts: dict, report: bool = False):
             raise CuvilError("quantization method 'int8_sym' needs calibration inputs: add "
                              "quantization.calibration (files or a generator) to the config")
     if q in ("int8_sym", "int4_block") and (opts.get("quantization_options") or {}).get("calibration"):
-        qopts["calibration"] = tuple(calibration_inputs(opts["quantization_options"], fn, opts["preprocess"]))
+        qopts["calibration"] = tuple(calibration_inputs(opts["quantization_options"], fn,
+                                                        opts.get("calibration_preprocess", opts["preprocess"])))
     if report and q == "int8_sym" and not qat:
         qopts["report"] = True
     passes = default_pipeline(memory_plan={"scratch": scratch_bytes},

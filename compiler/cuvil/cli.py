@@ -3,7 +3,7 @@
     cuvil init --template NAME config.yaml          write a commented config template
     cuvil build --config config.yaml --output OUT [--target T]   capture + compile + link, cached
     cuvil capture --config config.yaml --output model.cvir
-    cuvil compile model.cvir --config config.yaml --output-dir DIR [--target T]
+    cuvil compile model.cvir --config config.yaml --output-dir DIR [--target T] [--calibration F ...]
     cuvil link DIR --kind executable --output OUT [--plugin FILE ...]
     cuvil inspect model.cvir | DIR | manifest.json | ARTIFACT   IR and memory plan, or ABI signatures
     cuvil quant-report --config config.yaml [--quantization M] [--inputs N] [--json FILE]
@@ -74,6 +74,9 @@ def _cmd_compile(args) -> int:
         opts["target"]["features"] = args.features
     if args.quantization:
         opts["quantization"] = args.quantization
+    if args.calibration:
+        from .quant_config import with_calibration_files
+        opts = with_calibration_files(opts, args.calibration)
     manifest = compile_bundle(Path(args.bundle), opts, Path(args.output_dir))
     print(f"wrote {manifest['prefix']}.o, .weights.o, .h, .json to {args.output_dir}")
     return 0
@@ -205,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cpu", help="LLVM CPU name for the target (default: the arch's baseline)")
     s.add_argument("--features", help="LLVM feature string, e.g. +avx2,+fma")
     s.add_argument("--quantization", help="overrides quantization.method")
+    s.add_argument("--calibration", action="append", metavar="FILE",
+                   help="a calibration input (.npy, .npz or image; repeat for each) instead of "
+                        "quantization.calibration.files")
     s.set_defaults(func=_cmd_compile)
 
     s = sub.add_parser("link", help="compile-stage outputs -> executable, shared or static library")

@@ -235,6 +235,7 @@ class Config:
     node: Any               # composed YAML (for line numbers)
     target: str = "host"    # the build's target (the --target option, else target.arch)
     applied: tuple = ()     # indices of the overrides entries applied
+    base_data: dict | None = None  # the contents before the overrides (without them)
 
     @property
     def base(self) -> Path:
@@ -345,6 +346,7 @@ def _apply_overrides(cfg: "Config") -> None:
             keys = list(e.absolute_path)
             raise cfg.error(["overrides", i, *keys[:1]],
                             f"with this override for target {cfg.target}: {_key_name(keys)}: {e.message}")
+    cfg.base_data = base
     cfg.data = data
     cfg.applied = tuple(applied)
 

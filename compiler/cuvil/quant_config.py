@@ -91,14 +91,37 @@ def quantization_options(cfg) -> tuple[str, dict]:
             matches = sorted(glob.glob(str(cfg.resolve(pattern))))
             if not matches:
                 raise cfg.error(["quantization", "calibration", "files", i], f"no file matches {cfg.resolve(pattern)}")
-            for m in matches:
-                p = Path(m)
-                if p.suffix.lower() not in (".npy", ".npz") + IMAGE_SUFFIXES:
-                    raise cfg.error(["quantization", "calibration", "files", i],
-                                    f"{p.name}: calibration files are .npy, .npz or images (.jpg, .png)")
-                files.append({"path": str(p), "sha256": _sha(p)})
+            try:
+                files.extend(calibration_files(matches))
+            except CuvilError as e:
+                raise cfg.error(["quantization", "calibration", "files", i], str(e)) from None
         opts["calibration"] = {"files": files, "generator": cal.get("generator")}
     return method, opts
+
+
+def calibration_files(paths) -> list[dict]:
+    """{path, sha256} of each calibration file (the compile options hold their hashes)."""
+    out = []
+    for m in paths:
+        p = Path(m)
+        if p.suffix.lower() not in (".npy", ".npz") + IMAGE_SUFFIXES:
+            raise CuvilError(f"{p.name}: calibration files are .npy, .npz or images (.jpg, .png)")
+        if not p.is_file():
+            raise CuvilError(f"calibration file {p}: no such file")
+        out.append({"path": str(p), "sha256": _sha(p)})
+    return out
+
+
+def with_calibration_files(opts: dict, paths) -> dict:
+    """opts' quantization options with these calibration files instead of the config's
+    (`cuvil compile --calibration`, as the Bazel rule passes its declared files)."""
+    q = dict(opts.get("quantization_options") or {})
+    if q.get("qat_mode"):
+        raise CuvilError("qat_mode: the scales come from the model's own quantize/dequantize nodes; "
+                         "--calibration does not apply")
+    q["calibration"] = {"files": calibration_files(paths), "generator": None}
+    q.setdefault("ranges", "minmax")
+    return {**opts, "quantization_options": q}
 
 
 def _image(path: Path, pre: dict, shape) -> np.ndarray:

@@ -85,7 +85,8 @@ def quant_report(cfg, quantization: str | None = None, max_inputs: int | None = 
         if not qat:
             report["activation"] = qopts.get("activation", "u8")
             report["ranges"] = qopts.get("ranges", "minmax")
-    inputs = list(calibration_inputs(qopts, fn, opts["preprocess"])) if qopts.get("calibration") else []
+    pre = opts.get("calibration_preprocess", opts["preprocess"])
+    inputs = list(calibration_inputs(qopts, fn, pre)) if qopts.get("calibration") else []
     if max_inputs is not None:
         inputs = inputs[:max_inputs]
     report["calibration_inputs"] = len(inputs)

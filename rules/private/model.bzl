@@ -109,6 +109,11 @@ def _cuvil_compile_impl(ctx):
     args.add("--cpu", tc.cpu)
     args.add("--features", tc.features)
     args.add("--quantization", quantization)
+
+    # Calibration inputs are inputs of the action only where the method reads them, so
+    # editing them does not recompile the fp32 or fp16 model.
+    calibration = ctx.files.calibration if quantization in ("int8_sym", "int4_block") else []
+    args.add_all(calibration, before_each = "--calibration")
     args.add("--llvm-triple", tc.llvm_triple)
     args.add("--header", header)
     args.add("--object", obj)
@@ -121,7 +126,7 @@ def _cuvil_compile_impl(ctx):
         tools = py.tools,
         arguments = [args],
         inputs = depset(
-            [ctx.file._driver, capture.cvir, capture.config] + ctx.files.data,
+            [ctx.file._driver, capture.cvir, capture.config] + ctx.files.data + calibration,
             transitive = [py.inputs] + plugin_headers,
         ),
         outputs = [header, obj, weights, manifest, api_glue, app_glue],
@@ -179,6 +184,12 @@ cuvil_compile = rule(
             providers = [CcInfo],
             doc = "Plugin cc_libraries; their headers are inputs of the compile action.",
         ),
+        "calibration": attr.label_list(
+            allow_files = [".npy", ".npz", ".jpg", ".jpeg", ".png"],
+            doc = "Calibration inputs for int8_sym (and GPTQ-style int4_block): they replace " +
+                  "the config's quantization.calibration.files; inputs of the compile " +
+                  "action only under those methods.",
+        ),
         "data": attr.label_list(allow_files = True, doc = "Files the config reads (labels)."),
         "_driver": attr.label(
             default = Label("//rules/private:compile_model.py"),
@@ -202,6 +213,7 @@ def cuvil_model(
         quantization = None,
         plugins = [],
         data = [],
+        calibration = [],
         visibility = None,
         tags = [],
         testonly = False,
@@ -241,6 +253,9 @@ def cuvil_model(
       plugins: cc_library targets linked with the model (pre/post-processing plugins);
         their headers are inputs of the compile action.
       data: files the config or the model reads (labels, checkpoints).
+      calibration: calibration inputs (.npy, .npz, images) for int8_sym: they replace
+        the config's quantization.calibration.files (its ranges/percentile still
+        apply), so `--//cuvil:quantization=int8_sym` works on a config without them.
       visibility, tags, testonly: as usual, applied to every target.
       **kwargs: passed to the <name> cc_library (e.g. `alwayslink`; `linkstatic =
         False` to also build lib<name>.so).
@@ -262,6 +277,7 @@ def cuvil_model(
         quantization = quantization or "",
         plugins = plugins,
         data = data,
+        calibration = calibration,
         visibility = visibility,
         **common
     )

@@ -1,9 +1,10 @@
 """The int8 GEMM kernels (qgemm8.py) against the NumPy interpreter on the same quantized
 IR: matmul (A @ W, activations quantized once into scratch) and conv2d (W @ B, the im2col
 panels quantized in place), every dot product this host can run (vpmaddwd, the generic
-pair form and the generic quad form that shares the VNNI layouts), ragged M / N / K,
-u8 and i8 activations with zero points and code ranges, weight codes over all of
--128..127. And: VNNI targets get vpdpbusd, AVX2 targets vpmaddwd (cross-compiled)."""
+pair form and the generic quad forms that share the VNNI and AArch64 sdot layouts),
+ragged M / N / K, u8 and i8 activations with zero points and code ranges, weight codes
+over all of -128..127. And: VNNI targets get vpdpbusd, AVX2 targets vpmaddwd, AArch64 with the
+dot-product extension sdot (cross-compiled; tests/targets runs it under qemu)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,7 +19,7 @@ from cuvil.ir import interpreter
 from tests.quant.helpers import quantized, run_native
 
 HOST_AVX2 = host_target().has_feature("avx2")
-ISAS = [Int8Isa(2, "generic"), Int8Isa(4, "generic4"), Int8Isa(2, "pmaddwd")]
+ISAS = [Int8Isa(2, "generic"), Int8Isa(4, "generic4"), Int8Isa(4, "generic4s"), Int8Isa(2, "pmaddwd")]
 # activation quantizations: u8 with a zero point, i8 symmetric, i8 over -128..127 with
 # a zero point (a pre-quantized graph's range), u8 narrowed to 0..127
 ACTS = [{"dtype": "u8", "scale": 0.02, "zero_point": 131},
@@ -119,6 +120,17 @@ def test_the_int8_dot_product_per_target():
     assert int8_isa(vnni, 8) == Int8Isa(4, "vpdpbusd")
     assert int8_isa(v512, 16) == Int8Isa(4, "vpdpbusd")
     assert int8_isa(arm, 4) == Int8Isa(2, "generic") and int8_isa(None, 8) == Int8Isa(2, "generic")
+    dotprod = Target.from_triple("aarch64-unknown-linux-gnu", "generic", "+neon,+dotprod")
+    assert int8_isa(dotprod, 4) == Int8Isa(4, "sdot") and int8_isa(dotprod, 4).signed
+
+
+@pytest.mark.parametrize("features, want", [("+neon,+dotprod", True), ("+neon", False)])
+def test_aarch64_int8_kernels_use_sdot_with_the_dot_product_extension(features, want):
+    x = torch.randn(7, 130, generator=torch.Generator().manual_seed(1))
+    module = _int8_module(_Linears().eval(), x, ACTS, seed=0)
+    target = Target.from_triple("aarch64-unknown-linux-gnu", "generic", features)
+    asm = compile_to_asm(generate(module, "qa", target.vector_bits, target=target).llvm_ir, target)
+    assert any(line.split()[:1] == ["sdot"] and ".16b" in line for line in asm.splitlines()) == want
 
 
 @pytest.mark.parametrize("features,vector_bits,want,unwanted", [

@@ -101,8 +101,9 @@ def assert_close(got: np.ndarray, ref: np.ndarray) -> float:
     return err
 
 
-def disassemble(obj: Path) -> str:
+def disassemble(obj: Path, *options: str) -> str:
+    """llvm-objdump -d (options such as --mattr=+dotprod decode extensions)."""
     tool = shutil.which("llvm-objdump") or shutil.which("llvm-objdump-14")
     if tool is None:
         pytest.skip("llvm-objdump not installed")
-    return subprocess.run([tool, "-d", str(obj)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([tool, "-d", *options, str(obj)], capture_output=True, text=True, check=True).stdout

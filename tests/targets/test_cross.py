@@ -184,3 +184,38 @@ def test_bert_encoder_on_three_targets(tmp_path):
     mask = np.ones((1, 64), np.int64)
     mask[0, 40:] = 0
     _three_targets(tmp_path, config, [ids, mask])
+
+
+INT8_YAML = '''\
+quantization:
+  method: int8_sym
+  calibration:
+    files: [calib/*.npy]
+overrides:
+  - when: {target: aarch64-linux-gnu}
+    target: {features: "%s"}
+'''
+
+
+@pytest.mark.skipif(not available("aarch64-linux-gnu"), reason="aarch64 toolchain or qemu missing")
+@pytest.mark.parametrize("features, dot", [("+neon,+dotprod", "sdot"), ("+neon", None)])
+def test_int8_on_aarch64_matches_host(tmp_path, features, dot):
+    """int8_sym on aarch64 with the dot-product extension (sdot, signed activation
+    codes) and without it (plain NEON): the same integers as the host's int8 kernels."""
+    cfg_path = tiny_project(tmp_path / "p", INT8_YAML % features)
+    (tmp_path / "p" / "calib").mkdir()
+    rng = np.random.default_rng(11)
+    for i in range(4):
+        np.save(tmp_path / "p" / "calib" / f"c{i}.npy", rng.standard_normal((1, 3, 16, 16)).astype(np.float32))
+    cache = tmp_path / "cache"
+    host = build(load_config(cfg_path), tmp_path / "host", cache_dir=cache, log=lambda s: None)
+    cfg = load_config(cfg_path, target="aarch64-linux-gnu")
+    a64 = build(cfg, tmp_path / "a64", cache_dir=cache, log=lambda s: None)
+    ref = run_npy(host, [RNG_INPUT], tmp_path, "host")
+    assert_close(run_npy(a64, [RNG_INPUT], tmp_path, "a64"), ref)
+    out = tmp_path / "compiled"
+    manifest = compile_bundle(next(cache.glob("capture/*/model.cvir")), compile_options(cfg), out)
+    assert manifest["quantization"]["int8_ops"] == 2 and manifest["target"]["features"] == features
+    asm = disassemble(out / "tiny.o", "--mattr=+dotprod")
+    sdots = re.findall(r"\bsdot\s+v\d+\.4s", asm)
+    assert (len(sdots) >= 4) if dot else not sdots, sdots[:4]

@@ -14,6 +14,9 @@ The reduction runs over groups of G consecutive k (G = `Int8Isa.group`):
   = 0 for u8, -128 for i8 activations) and weights stay i8; one step adds four u8 x i8
   products to an i32 lane (x86 AVX-VNNI / AVX512-VNNI `vpdpbusd`, exact, no
   saturation). The zero point is applied in the epilogue: acc + (off - zp) * wsum[c].
+- G = 4 signed (`sdot`, `generic4s`): the same layouts with activation codes stored as
+  i8 `q - off` (off = 128 for u8, 0 for i8 activations): four i8 x i8 products per i32
+  lane (AArch64 `sdot`, the dot-product extension), the same epilogue correction.
 
 K is padded with zeros to a multiple of G (weights and activations), so the padding
 adds nothing. Finished tiles are rescaled: C[., c] = f32(acc + corr * wsum[c]) *
@@ -52,10 +55,16 @@ I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 class Int8Isa:
     """How the integer dot products are computed: group (G above) and dot, one of
     "pmaddwd" (x86 SSE2/AVX2/AVX-512BW), "vpdpbusd" (x86 AVX-VNNI / AVX512-VNNI),
-    "generic" (G = 2 in plain IR) and "generic4" (G = 4 in plain IR: the VNNI layouts
-    on any target, for tests)."""
+    "sdot" (AArch64 +dotprod: signed activation codes), "generic" (G = 2 in plain IR),
+    "generic4" and "generic4s" (G = 4 in plain IR: the VNNI / sdot layouts on any
+    target, for tests)."""
     group: int = 2
     dot: str = "generic"
+
+    @property
+    def signed(self) -> bool:
+        """G = 4 with i8 activation codes (sdot) rather than u8 ones (vpdpbusd)."""
+        return self.dot in ("sdot", "generic4s")
 
 
 GENERIC = Int8Isa(2, "generic")
@@ -63,6 +72,8 @@ GENERIC = Int8Isa(2, "generic")
 
 def int8_isa(target, vw: int) -> Int8Isa:
     """The best exact int8 dot product of target for vectors of vw i32 lanes."""
+    if target is not None and target.arch == "aarch64":
+        return Int8Isa(4, "sdot") if target.has_feature("dotprod") and vw % 4 == 0 else GENERIC
     if target is None or target.arch != "x86_64":
         return GENERIC
     f = target.has_feature
@@ -147,6 +158,8 @@ def code_offset(aq, isa: Int8Isa) -> int:
     """What is subtracted from q before it is stored: zp (G = 2) or off (G = 4)."""
     if isa.group == 2:
         return int(aq["zero_point"])
+    if isa.signed:
+        return 128 if aq["dtype"] == "u8" else 0
     return 0 if aq["dtype"] == "u8" else -128
 
 
@@ -155,7 +168,7 @@ def code_type(isa: Int8Isa):
 
 
 def _code(b, x, aq, isa):
-    """f32 -> the stored code (q - code_offset) as i16 / i8 (u8 bits)."""
+    """f32 -> the stored code (q - code_offset) as i16 / i8 (u8 bits unless isa.signed)."""
     q = _quantize(b, x, aq)
     off = code_offset(aq, isa)
     if off:
@@ -208,11 +221,8 @@ def emit_quantize_panel(b, S, panel, K, ap, aq, isa, vw):
                 else:
                     x = ir.Constant(fv, [0.0] * vw)
                 codes.append(_code(b, x, aq, isa))
-            while len(codes) > 1:  # concatenate, then one shuffle interleaves the rows
-                codes = [b.shuffle_vector(codes[j], codes[j + 1], ir.Constant(
-                    ir.VectorType(I32, 2 * codes[j].type.count), list(range(2 * codes[j].type.count))))
-                    for j in range(0, len(codes), 2)]
-            inter = b.shuffle_vector(codes[0], ir.Constant(codes[0].type, ir.Undefined), mask)
+            joined = _concat(b, codes)  # then one shuffle interleaves the rows
+            inter = b.shuffle_vector(joined, ir.Constant(joined.type, ir.Undefined), mask)
             b.store(inter, _vec_ptr(b, out, b.mul(b.add(b.mul(kg, i64(ap)), i64(c * vw)), i64(g)),
                                    ir.VectorType(ct, vw * g)), align=1)
     with for_range(b, K // g, name="qg") as kg:
@@ -239,6 +249,23 @@ def _lanes_sum(b, p, vw, g):
     return out
 
 
+def _lanes(b, v, start: int, n: int):
+    """Elements [start, start + n) of vector v (v itself when that is all of it)."""
+    if start == 0 and v.type.count == n:
+        return v
+    return b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, n), list(range(start, start + n))))
+
+
+def _concat(b, parts):
+    """Equal-length vectors joined in order (a power-of-two count)."""
+    while len(parts) > 1:
+        parts = [b.shuffle_vector(parts[j], parts[j + 1], ir.Constant(
+            ir.VectorType(I32, 2 * parts[j].type.count), list(range(2 * parts[j].type.count))))
+            for j in range(0, len(parts), 2)]
+    return parts[0]
+
+
 def _dot(b, isa, acc, act, wt, vw):
     """acc (<vw x i32>) + per lane the dot product of G activation codes (act) and G
     weight codes (wt); act/wt: <vw*G x i16> (G = 2) or <vw*G x i8> (G = 4, act as u8)."""
@@ -248,8 +275,13 @@ def _dot(b, isa, acc, act, wt, vw):
         return b.add(acc, _intrinsic(b, name, vty, [act, wt]))
     if isa.dot == "vpdpbusd":
         return _intrinsic(b, f"llvm.x86.avx512.vpdpbusd.{32 * vw}", vty, [acc, act, wt])
+    if isa.dot == "sdot":  # 128-bit steps: 4 i32 lanes of 4 products each
+        parts = [_intrinsic(b, "llvm.aarch64.neon.sdot.v4i32.v16i8", ir.VectorType(I32, 4),
+                            [_lanes(b, acc, h, 4), _lanes(b, act, 4 * h, 16), _lanes(b, wt, 4 * h, 16)])
+                 for h in range(0, vw, 4)]
+        return parts[0] if vw == 4 else _concat(b, parts)
     wide = ir.VectorType(I32, vw * isa.group)
-    a32 = b.sext(act, wide) if isa.group == 2 else b.zext(act, wide)
+    a32 = b.sext(act, wide) if isa.group == 2 or isa.signed else b.zext(act, wide)
     return b.add(acc, _lanes_sum(b, b.mul(a32, b.sext(wt, wide)), vw, isa.group))
 
 
