@@ -35,6 +35,15 @@ def conv(cin, cout, k, seed=0, **kw) -> nn.Conv2d:
     (conv(3, 4, 4, padding="same", dilation=2), (1, 3, 9, 8)),       # uneven "same" padding
     (conv(3, 4, 3, padding="valid"), (1, 3, 6, 6)),
     (conv(3, 4, 5, stride=3), (1, 3, 5, 5)),                         # kernel = padded input
+    # >= 16 panels of output positions: each work item packs its panel, then multiplies
+    # it (kernels.FUSED_PACK_PANELS); ragged last panels, vectorised im2col
+    (conv(8, 12, 3, padding=1), (2, 8, 17, 19)),
+    (conv(8, 12, 3, stride=2, padding=1), (1, 8, 33, 35)),
+    (conv(8, 16, 7, stride=2, padding=3), (1, 8, 40, 38)),
+    (conv(8, 12, 3, groups=2, padding=(0, 1)), (1, 8, 19, 18)),
+    (conv(16, 8, 1), (1, 16, 20, 21)),                               # pointwise, packed by vectors
+    (conv(8, 8, 1, stride=2), (1, 8, 35, 33)),
+    (conv(6, 8, (1, 5), stride=(1, 3), padding=(0, 2)), (1, 6, 30, 40)),
 ])
 def test_conv2d(module, shape):
     check_torch(module, seeded(1, *shape), atol=ATOL, rtol=RTOL)

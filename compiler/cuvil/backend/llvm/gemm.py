@@ -102,7 +102,7 @@ def micro_shape(vw: int) -> tuple[int, int]:
     if vw >= 16:
         return 6, 2   # AVX-512: 12 accumulators of 32 zmm
     if vw == 8:
-        return 4, 2   # AVX2: 8 of 16 ymm
+        return 6, 2   # AVX2: 12 of 16 ymm
     return 4, 3       # 128-bit (NEON, SIMD128, SSE): 12 of 16/32 registers
 
 
@@ -204,18 +204,40 @@ def packed_size(K: int, N: int, vw: int) -> int:
 
 
 def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None):
-    """Pack B[K, N] (row stride ldb) into dst at run time; `panels=(p0, p1)` limits it."""
+    """Pack B[K, N] (row stride ldb) into dst at run time; `panels=(p0, p1)` limits it.
+    Full panels copy whole vectors; the last, ragged one (N % NR columns) goes element
+    by element and is zero-filled past N."""
     nr = panel_width(vw)
+    full = N // nr
     p0, p1 = panels if panels is not None else (i64(0), i64(-(-N // nr)))
+    vty = ir.VectorType(ety, vw)
+    if full:
+        with for_range(b, _min(b, p1, i64(full)), start=p0, name="pp") as p:
+            with for_range(b, K, name="pk") as k:
+                src = b.add(b.add(b_off, b.mul(k, i64(ldb))), b.mul(p, i64(nr)))
+                out = b.add(b.mul(p, i64(K * nr)), b.mul(k, i64(nr)))
+                for v in range(nr // vw):
+                    x = b.load(_vec_ptr(b, B, b.add(src, i64(v * vw)), vty), align=4)
+                    b.store(x, _vec_ptr(b, dst, b.add(out, i64(v * vw)), vty), align=4)
+    if N % nr == 0:
+        return
     zero = ir.Constant(ety, 0.0)
-    with for_range(b, p1, start=p0, name="pp") as p:
-        with for_range(b, K, name="pk") as k:
-            src = b.add(b.add(b_off, b.mul(k, i64(ldb))), b.mul(p, i64(nr)))
-            out = b.add(b.mul(p, i64(K * nr)), b.mul(k, i64(nr)))
-            with for_range(b, nr, name="pj") as j:
-                ok = b.icmp_signed("<", b.add(b.mul(p, i64(nr)), j), i64(N))
-                v = b.load(b.gep(B, [b.select(ok, b.add(src, j), b_off)], inbounds=True))
-                b.store(b.select(ok, v, zero), b.gep(dst, [b.add(out, j)], inbounds=True))
+    with b.if_then(b.icmp_signed(">", p1, i64(full))):
+        with b.if_then(b.icmp_signed("<=", p0, i64(full))):
+            p = i64(full)
+            with for_range(b, K, name="pk") as k:
+                src = b.add(b.add(b_off, b.mul(k, i64(ldb))), b.mul(p, i64(nr)))
+                out = b.add(b.mul(p, i64(K * nr)), b.mul(k, i64(nr)))
+                for j in range(nr):
+                    if full * nr + j < N:
+                        v = b.load(b.gep(B, [b.add(src, i64(j))], inbounds=True))
+                    else:
+                        v = zero
+                    b.store(v, b.gep(dst, [b.add(out, i64(j))], inbounds=True))
+
+
+def _min(b, x, y):
+    return b.select(b.icmp_signed("<", x, y), x, y)
 
 
 def packed_work_items(M: int, N: int, vw: int) -> int:
@@ -246,7 +268,9 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         def tile(row0, mr, valid):
             a_row0 = b.add(a_off, b.mul(row0, i64(lda)))
             c_row0 = b.add(c_off, b.mul(row0, i64(ldc)))
-            _tile(b, A, a_row0, lda, Bp, b_panel, nr, C, c_row0, ldc, i64(0), K, mr, nv, vw, ety,
+            # a last panel of at most one vector's columns: one vector per row, not nv
+            nv_t = 1 if valid is not None and valid <= vw else nv
+            _tile(b, A, a_row0, lda, Bp, b_panel, nr, C, c_row0, ldc, i64(0), K, mr, nv_t, vw, ety,
                   c_j0=j0, valid=valid)
             if epilogue is not None:
                 epilogue(b, row0, mr, j0, nr if valid is None else valid)

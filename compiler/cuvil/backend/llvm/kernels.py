@@ -363,6 +363,84 @@ def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, 
             store(b, zero, S, b.add(dst, cc), dt)
 
 
+def _masked_load(b, ptr, mask, passthru):
+    """llvm.masked.load: the lanes of mask from ptr (others from passthru; never read)."""
+    vty = passthru.type
+    name = f"llvm.masked.load.v{vty.count}f32.p0"
+    fn = b.module.globals.get(name) or ir.Function(
+        b.module, ir.FunctionType(vty, [ptr.type, ir.IntType(32), mask.type, vty]), name=name)
+    return b.call(fn, [ptr, ir.Constant(ir.IntType(32), 4), mask, passthru])
+
+
+def _im2col_packed_vec(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, pl, nr, vw, panel):
+    """_im2col_packed for dilation 1 and f32: per im2col row r, the panel's nr columns
+    are nr / vw vectors, each gathered from the input rows it spans (every output row y
+    in the panel) with masked loads (the columns of row y whose tap is inside the image:
+    input elements sw apart; a stride of 2 loads 2 * vw and keeps the even lanes), zeros
+    elsewhere; then stored whole."""
+    kdim, p = icg * kh * kw, oh * ow
+    vty = ir.VectorType(F32, vw)
+    wide = ir.VectorType(F32, vw * sw)
+    ity = ir.VectorType(I64, vw)
+    c0 = b.mul(panel, i64(nr))
+    c1 = _imin(b, b.add(c0, i64(nr)), i64(p))
+    y_first, y_last = b.sdiv(c0, i64(ow)), b.sdiv(b.sub(c1, i64(1)), i64(ow))
+    lanes = [b.add(ir.Constant(ity, list(range(vw))), _splat_i64(b, b.add(c0, i64(v * vw)), ity))
+             for v in range(nr // vw)]
+    spread = ir.Constant(ir.VectorType(ir.IntType(32), vw * sw), [j // sw if j % sw == 0 else vw
+                                                                   for j in range(vw * sw)])
+    evens = ir.Constant(ir.VectorType(ir.IntType(32), vw), [j * sw for j in range(vw)])
+    acc = [alloca_in_entry(b, vty) for _ in range(nr // vw)]
+    with for_range(b, kdim, name="r") as r:
+        ic = b.sdiv(r, i64(kh * kw))
+        ky = b.srem(b.sdiv(r, i64(kw)), i64(kh))
+        kx = b.srem(r, i64(kw))
+        toff_h = b.sub(ky, i64(pt))
+        toff_w = b.sub(kx, i64(pl))
+        ox_lo, ox_hi = _range_for_tap(b, toff_w, sw, w, ow)
+        xplane = b.add(xplane0, b.mul(ic, i64(h * w)))
+        for a in acc:
+            b.store(ir.Constant(vty, [0.0] * vw), a)
+        with for_range(b, b.add(y_last, i64(1)), start=y_first, name="y") as y:
+            iy = b.add(b.mul(y, i64(sh)), toff_h)
+            row_ok = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
+            with b.if_then(row_ok):
+                base = b.mul(y, i64(ow))
+                a0 = _imax(b, _imax(b, c0, base), b.add(base, ox_lo))  # columns [a0, a1) come from row iy
+                a1 = _imin(b, _imin(b, c1, b.add(base, i64(ow))), b.add(base, ox_hi))
+                # column cc reads X[xplane + iy*w + toff_w + sw*(cc - base)]
+                row = b.add(b.add(xplane, b.mul(iy, i64(w))), toff_w)
+                for v, a in enumerate(acc):
+                    m = b.and_(b.icmp_signed(">=", lanes[v], _splat_i64(b, a0, ity)),
+                               b.icmp_signed("<", lanes[v], _splat_i64(b, a1, ity)))
+                    at = b.add(row, b.mul(b.sub(b.add(c0, i64(v * vw)), base), i64(sw)))
+                    if sw == 1:
+                        ptr = b.bitcast(b.gep(X, [at]), vty.as_pointer())
+                        b.store(_masked_load(b, ptr, m, b.load(a)), a)
+                    else:  # lane j of the wide load is input element sw * j
+                        mw = b.shuffle_vector(m, ir.Constant(m.type, [0] * vw), spread)
+                        got = _masked_load(b, b.bitcast(b.gep(X, [at]), wide.as_pointer()), mw,
+                                           ir.Constant(wide, [0.0] * (vw * sw)))
+                        got = b.shuffle_vector(got, ir.Constant(wide, ir.Undefined), evens)
+                        b.store(b.select(m, got, b.load(a)), a)
+        dst = b.add(b.mul(panel, i64(kdim * nr)), b.mul(r, i64(nr)))
+        for v, a in enumerate(acc):
+            b.store(b.load(a), b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()),
+                    align=4)
+
+
+def _splat_i64(b, x, ity):
+    undef = ir.Constant(ity, ir.Undefined)
+    v = b.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
+    return b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), ity.count), [0] * ity.count))
+
+
+# A GEMM convolution with at least this many panels packs each panel right before
+# multiplying it (one parallel loop over panels); fewer panels are packed first, then
+# the (panel, row group) items split across the threads.
+FUSED_PACK_PANELS = 16
+
+
 def k_conv2d(b, k: KernelArgs):
     """Convolution as GEMM: per (image, group), B (the input planes for 1x1 convs, the
     im2col matrix otherwise) is packed in panels into scratch, then C[OC, P] = W @ B."""
@@ -391,11 +469,12 @@ def k_conv2d(b, k: KernelArgs):
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             if pointwise:
                 emit_pack_b(b, k2.ins[0], ex[0], p, kdim, p, S, k2.vw, ety, panels=(pp, b.add(pp, i64(1))))
+            elif sw in (1, 2) and (dh, dw) == (1, 1) and dt == "f32" and nr % k2.vw == 0:
+                _im2col_packed_vec(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, pl, nr,
+                                   k2.vw, pp)
             else:
                 _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt,
                                nr, pp)
-        parallel(b, k, panels, pack, [xplane0])
-
         def gemm_items(b, k2, t, ex):
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
@@ -403,7 +482,19 @@ def k_conv2d(b, k: KernelArgs):
             tile_epi = None if epi is None else (lambda bb, r0, mr, c0, nc: epi(bb, bb.add(rb, r0), mr, c0, nc))
             emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
                              ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))))
-        parallel(b, k, packed_work_items(ocg, p, k.vw), gemm_items, [row_base, gi])
+
+        groups_n = packed_work_items(ocg, p, k.vw) // panels
+        if panels >= FUSED_PACK_PANELS:
+            # Many panels: each work item packs one panel and multiplies it by all the
+            # weight rows at once, while the panel is still in cache.
+            def pack_and_multiply(b, k2, pp, ex):
+                pack(b, k2, pp, ex[:1])
+                with for_range(b, groups_n, name="rg") as rg:
+                    gemm_items(b, k2, b.add(b.mul(rg, i64(panels)), pp), ex[1:])
+            parallel(b, k, panels, pack_and_multiply, [xplane0, row_base, gi])
+        else:
+            parallel(b, k, panels, pack, [xplane0])
+            parallel(b, k, groups_n * panels, gemm_items, [row_base, gi])
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
 
