@@ -246,19 +246,22 @@ def packed_work_items(M: int, N: int, vw: int) -> int:
 
 
 def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None):
-    """C = A @ B with B packed by pack_b/emit_pack_b. Work item t covers panel t % P and
-    row-block group t // P; `items=(t0, t1)` (i64 values) limits the work.
+    """C = A @ B with B packed by pack_b/emit_pack_b. Work item t covers panel t // G and
+    row-block group t % G (G groups of ROW_GROUP row blocks): consecutive items share a
+    panel, and a split of the items into contiguous ranges gives each thread whole
+    panels. `items=(t0, t1)` (i64 values) limits the work.
     `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     panels = -(-N // nr)
     nblocks = row_blocks(M, vw)
+    row_groups = -(-nblocks // ROW_GROUP)
     full_rows = M // mr_full
     t0, t1 = items if items is not None else (i64(0), i64(packed_work_items(M, N, vw)))
     last_cols = N - (panels - 1) * nr
     with for_range(b, t1, start=t0, name="wi") as t:
-        p = b.srem(t, i64(panels))
-        g = b.sdiv(t, i64(panels))
+        p = b.sdiv(t, i64(row_groups))
+        g = b.srem(t, i64(row_groups))
         j0 = b.mul(p, i64(nr))
         b_panel = b.mul(p, i64(K * nr))
         blk0 = b.mul(g, i64(ROW_GROUP))

@@ -490,7 +490,7 @@ def k_conv2d(b, k: KernelArgs):
             def pack_and_multiply(b, k2, pp, ex):
                 pack(b, k2, pp, ex[:1])
                 with for_range(b, groups_n, name="rg") as rg:
-                    gemm_items(b, k2, b.add(b.mul(rg, i64(panels)), pp), ex[1:])
+                    gemm_items(b, k2, b.add(b.mul(pp, i64(groups_n)), rg), ex[1:])
             parallel(b, k, panels, pack_and_multiply, [xplane0, row_base, gi])
         else:
             parallel(b, k, panels, pack, [xplane0])
@@ -671,14 +671,26 @@ def _reduce_loop(b, count, init, step_fn, name):
     return b.load(acc)
 
 
+def _rows_parallel(b, k: KernelArgs, rows, row_len, row):
+    """row(b, k2, r) for r in [0, rows): across the runtime's threads where the rows
+    hold at least PARALLEL_MIN_ELEMENTS values (row must use only k2's pointers)."""
+    if rows == 1 or upper(rows * row_len) < PARALLEL_MIN_ELEMENTS:
+        with for_range(b, rows, name="r") as r:
+            row(b, k, r)
+        return
+    parallel(b, k, rows, lambda bb, k2, r, _: row(bb, k2, r))
+
+
 def k_softmax(b, k: KernelArgs):
     outer, n, inner = _rows(k.out_type.shape, k.attrs["axis"])
-    X, O, dt = k.ins[0], k.out, k.out_type.dtype
+    dt = k.out_type.dtype
     log = k.attrs.get("_log", False)
-    exp = lambda v: b.call(get_math(b.module, "exp"), [v])
-    with for_range(b, outer * inner, name="r") as r:
+
+    def row(b, k2, r):
+        X, O = k2.ins[0], k2.out
+        exp = lambda v: b.call(get_math(b.module, "exp"), [v])  # noqa: E731
         base = b.add(b.mul(b.sdiv(r, i64(inner)), i64(n * inner)), b.srem(r, i64(inner)))
-        at = lambda j: b.add(base, b.mul(j, i64(inner)))
+        at = lambda j: b.add(base, b.mul(j, i64(inner)))  # noqa: E731
         mx = _reduce_loop(b, n, fconst(dt, -np.inf), lambda bb, a, j: _fmax(
             bb, a, load(bb, X, at(j), dt)), "m")
         if log:
@@ -696,6 +708,7 @@ def k_softmax(b, k: KernelArgs):
             inv = b.fdiv(fconst(dt, 1.0), s)
             with for_range(b, n, name="w") as j:
                 store(b, b.fmul(load(b, O, at(j), dt), inv), O, at(j), dt)
+    _rows_parallel(b, k, outer * inner, n, row)
 
 
 def k_log_softmax(b, k: KernelArgs):
@@ -707,10 +720,13 @@ def k_layer_norm(b, k: KernelArgs):
     shape = k.out_type.shape
     d = prod(shape[len(shape) - k.attrs["num_axes"]:])
     rows = 0 if isinstance(d, int) and d == 0 else prod(shape) // d
-    X, O, dt = k.ins[0], k.out, k.out_type.dtype
-    Wt = k.ins[1] if len(k.ins) > 1 else None
-    Bt = k.ins[2] if len(k.ins) > 2 else None
-    with for_range(b, rows, name="r") as r:
+    dt = k.out_type.dtype
+    has_w, has_b = len(k.ins) > 1, len(k.ins) > 2
+
+    def row(b, k2, r):
+        X, O = k2.ins[0], k2.out
+        Wt = k2.ins[1] if has_w else None
+        Bt = k2.ins[2] if has_b else None
         base = b.mul(r, i64(d))
         s = _reduce_loop(b, d, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(a, load(bb, X, bb.add(base, j), dt),
                                                                           flags=REDUCE), "s")
@@ -728,6 +744,7 @@ def k_layer_norm(b, k: KernelArgs):
             if Bt is not None:
                 y = b.fadd(y, load(b, Bt, j, dt), flags=("contract",))
             store(b, y, O, b.add(base, j), dt)
+    _rows_parallel(b, k, rows, d, row)
 
 
 def k_batch_norm(b, k: KernelArgs):
@@ -812,8 +829,17 @@ def k_transpose(b, k: KernelArgs):
     xt = k.in_types[0]
     xs = contiguous_strides(xt.shape)
     perm = k.attrs["perm"]
-    _copy(b, k.out, xt.dtype, k.out_type.shape, contiguous_strides(k.out_type.shape), 0,
-          k.ins[0], [xs[p] for p in perm], 0)
+    shape = list(k.out_type.shape)
+    strides = [contiguous_strides(shape), [xs[p] for p in perm]]
+    split = next((d + 1 for d in range(len(shape)) if upper(prod(shape[:d + 1])) >= 16), 0)
+    if upper(prod(shape)) < PARALLEL_MIN_ELEMENTS or not split or split == len(shape):
+        _copy(b, k.out, xt.dtype, shape, strides[0], 0, k.ins[0], strides[1], 0)
+        return
+
+    def body(b, k2, i, _):  # the outer dims across the threads, the inner ones copied
+        oo, io = flat_offsets(b, i, shape[:split], [st[:split] for st in strides])
+        _copy(b, k2.out, xt.dtype, shape[split:], strides[0][split:], oo, k2.ins[0], strides[1][split:], io)
+    parallel(b, k, prod(shape[:split]), body)
 
 
 def k_broadcast_to(b, k: KernelArgs):

@@ -113,12 +113,13 @@ def _work_items(b, M, N, vw, items, tile):
     nr = nv * vw
     panels = -(-N // nr)
     nblocks = row_blocks(M, vw)
+    row_groups = -(-nblocks // ROW_GROUP)
     full_rows = M // mr_full
     last_cols = N - (panels - 1) * nr
     t0, t1 = items
     with for_range(b, t1, start=t0, name="wi") as t:
-        p = b.srem(t, i64(panels))
-        blk0 = b.mul(b.sdiv(t, i64(panels)), i64(ROW_GROUP))
+        p = b.sdiv(t, i64(row_groups))  # panel-major, as gemm.emit_gemm_packed
+        blk0 = b.mul(b.srem(t, i64(row_groups)), i64(ROW_GROUP))
         blk1 = b.add(blk0, i64(ROW_GROUP))
         blk1 = b.select(b.icmp_signed(">", blk1, i64(nblocks)), i64(nblocks), blk1)
 
