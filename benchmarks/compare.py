@@ -390,6 +390,10 @@ def cold_starts(key: str, ctx: dict, args, tools: dict, skipped: dict, results: 
 
 # --- GEMM ---------------------------------------------------------------------------------
 
+OPENBLAS_SPIN_S = 0.3
+GEMM_WARMUP_S = 0.01
+
+
 def run_gemm(args, tools: dict, results: dict) -> None:
     shapes = GEMM_SHAPES_QUICK if args.quick else GEMM_SHAPES
     print(f"\nGEMM fp32 {', '.join('x'.join(map(str, s)) for s in shapes)} (M x K x N)", flush=True)
@@ -428,12 +432,18 @@ def run_gemm(args, tools: dict, results: dict) -> None:
             for shape in shapes:
                 if shape in cuvil:
                     g, n = cuvil[shape], inner[("cuvil", shape)]
+                    warm = time.perf_counter()  # untimed calls first (the numpy worker does one too):
+                    while time.perf_counter() - warm < GEMM_WARMUP_S:  # idle cores wake up slowly
+                        g.call()
                     t0 = time.perf_counter()
                     for _ in range(n):
                         g.call()
                     samples[("cuvil", shape)].append((time.perf_counter() - t0) / n)
                 if worker:
                     samples[("numpy", shape)].append(worker.time(*shape, inner[("numpy", shape)]))
+                    # OpenBLAS's threads spin ~0.1 s after a call: let them sleep before
+                    # the next Cuvil sample, or they take one of its cores
+                    time.sleep(OPENBLAS_SPIN_S)
         if worker:
             worker.close()
         peak = statistics.median(peaks) if peaks else None
