@@ -18,7 +18,7 @@ from ...ir.types import TensorType
 from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    emit_program, fconst, fsize, i64, intrinsic, load, loop_nest, store)
-from .gemm import (emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
+from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
                    row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
@@ -385,7 +385,7 @@ def _im2col_packed_vec(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, 
     c0 = b.mul(panel, i64(nr))
     c1 = _imin(b, b.add(c0, i64(nr)), i64(p))
     y_first, y_last = b.sdiv(c0, i64(ow)), b.sdiv(b.sub(c1, i64(1)), i64(ow))
-    lanes = [b.add(ir.Constant(ity, list(range(vw))), _splat_i64(b, b.add(c0, i64(v * vw)), ity))
+    lanes = [b.add(ir.Constant(ity, list(range(vw))), _splat(b, b.add(c0, i64(v * vw)), ity))
              for v in range(nr // vw)]
     spread = ir.Constant(ir.VectorType(ir.IntType(32), vw * sw), [j // sw if j % sw == 0 else vw
                                                                    for j in range(vw * sw)])
@@ -411,8 +411,8 @@ def _im2col_packed_vec(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, 
                 # column cc reads X[xplane + iy*w + toff_w + sw*(cc - base)]
                 row = b.add(b.add(xplane, b.mul(iy, i64(w))), toff_w)
                 for v, a in enumerate(acc):
-                    m = b.and_(b.icmp_signed(">=", lanes[v], _splat_i64(b, a0, ity)),
-                               b.icmp_signed("<", lanes[v], _splat_i64(b, a1, ity)))
+                    m = b.and_(b.icmp_signed(">=", lanes[v], _splat(b, a0, ity)),
+                               b.icmp_signed("<", lanes[v], _splat(b, a1, ity)))
                     at = b.add(row, b.mul(b.sub(b.add(c0, i64(v * vw)), base), i64(sw)))
                     if sw == 1:
                         ptr = b.bitcast(b.gep(X, [at]), vty.as_pointer())
@@ -427,12 +427,6 @@ def _im2col_packed_vec(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, 
         for v, a in enumerate(acc):
             b.store(b.load(a), b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()),
                     align=4)
-
-
-def _splat_i64(b, x, ity):
-    undef = ir.Constant(ity, ir.Undefined)
-    v = b.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
-    return b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), ity.count), [0] * ity.count))
 
 
 # A GEMM convolution with at least this many panels packs each panel right before
