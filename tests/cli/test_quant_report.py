@@ -142,3 +142,24 @@ def test_errors(tmp_path, capsys, args, message):
     _project(tmp_path, method="none")
     assert main(["quant-report", "--config", str(tmp_path / "config.yaml"), *args]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_compile_takes_calibration_files_from_the_command_line(tmp_path, capsys):
+    """`cuvil compile --calibration F ...` (what the Bazel rule passes) on a config with
+    no calibration section: int8_sym from those files; other files are refused."""
+    _project(tmp_path, method="none")
+    text = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "config.yaml").write_text(text.split("quantization:")[0])  # no calibration section
+    cfg = str(tmp_path / "config.yaml")
+    assert main(["capture", "--config", cfg, "--output", str(tmp_path / "m.cvir")]) == 0
+    files = [str(tmp_path / "calib" / f"c{i}.npy") for i in range(3)]
+    argv = ["compile", str(tmp_path / "m.cvir"), "--config", cfg, "--quantization", "int8_sym"]
+    assert main(argv + ["--output-dir", str(tmp_path / "none")]) == 1
+    assert "needs calibration inputs" in capsys.readouterr().err
+    args = [a for f in files for a in ("--calibration", f)]
+    assert main(argv + ["--output-dir", str(tmp_path / "out"), *args]) == 0
+    q = json.loads((tmp_path / "out" / "small.json").read_text())["quantization"]
+    assert q["method"] == "int8_sym" and q["int8_ops"] == 3
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(argv + ["--output-dir", str(tmp_path / "bad"), "--calibration", str(tmp_path / "notes.txt")]) == 1
+    assert "calibration files are .npy, .npz or images" in capsys.readouterr().err
