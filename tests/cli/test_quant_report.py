@@ -1,6 +1,7 @@
 """`cuvil quant-report`: the per-layer scales and errors are checked against values
 computed here from torch (forward hooks on the calibration inputs), the output figures
-against the int8 model `cuvil.compile` builds with the same calibration."""
+against the int8 model `cuvil.compile` builds with the same calibration. Also `cuvil
+compile --calibration` (the files the Bazel rule passes)."""
 from __future__ import annotations
 
 import json
