@@ -127,3 +127,43 @@ def test_config_mapping_with_qat_mode(tmp_path):
     (tmp_path / "c.yaml").write_text(base + "  method: fp16\n  qat_mode: true\n")
     with pytest.raises(CuvilError, match="does not combine"):
         quantization_options(load_config(tmp_path / "c.yaml"))
+
+
+QAT_MODEL_PY = '''\
+import torch
+from tests.quant.test_qat import SmallCNN, _quantized
+
+
+def cuvil_entry():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    return _quantized(SmallCNN(), x, "x86"), (x,)
+'''
+QAT_CONFIG = '''\
+model: {framework: pytorch, name: qcnn, source: model.py, entry: cuvil_entry, python_path: [%s]}
+inputs: [{name: x, shape: [2, 3, 8, 8], dtype: f32}]
+outputs: [{name: y}]
+quantization:
+  weight: {dtype: int8, scheme: symmetric, granularity: per_channel}
+  activation: {dtype: uint8, scheme: asymmetric, granularity: per_tensor}
+  qat_mode: true
+'''
+
+
+def test_quant_report_lists_a_pre_quantized_graphs_scales(tmp_path):
+    from pathlib import Path
+
+    from cuvil.config import load_config
+    from cuvil.quant_report import format_report, quant_report
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "model.py").write_text(QAT_MODEL_PY)
+    (tmp_path / "config.yaml").write_text(QAT_CONFIG % root)
+    report = quant_report(load_config(tmp_path / "config.yaml"), log=lambda s: None)
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    cm = cuvil.compile(_quantized(SmallCNN(), x, "x86"), (x.numpy(),), quantization="int8_sym", qat_mode=True)
+    want = [op.attrs["act_quant"] for op in cm.ir.main.body.ops if "act_quant" in op.attrs]
+    assert report["qat_mode"] and report["outputs"] == [] and "no fp32 model" in report["note"]
+    assert [L["act_quant"] for L in report["layers"]] == want and len(want) == 4
+    assert all(L["weight_scale"][0] > 0 and L["error"] is None for L in report["layers"])
+    assert "qat_mode: scales from the model's graph" in format_report(report)
