@@ -50,3 +50,28 @@ def test_mobilenet_int8_sym_build_from_the_config(tmp_path):
     got = run_exe(exe, [x], tmp_path)[0]
     assert int(np.argmax(got)) == int(np.argmax(ref))
     assert 1e-4 < np.abs(got - ref).max() / np.abs(ref).max() < 0.2  # really int8, still close
+
+
+def test_calibration_photos_keep_the_preprocess_a_target_override_drops(tmp_path):
+    """aarch64 has no image codecs (its override removes the input's preprocess), but
+    calibration photos still need decoding: the compile options keep the base config's
+    image preprocess for them, and the calibration inputs are the host's."""
+    from cuvil.build import compile_options
+    from cuvil.quant_config import calibration_inputs
+    text = (ROOT / "examples" / "mobilenet_v2.yaml").read_text()
+    head, rest = text.split("quantization:", 1)
+    text = head + QUANT % ROOT + rest.split("plugin:", 1)[1]
+    text = text.replace("python_path: [..]", f"python_path: [{ROOT}]").replace(
+        "labels: ../examples/", f"labels: {ROOT}/examples/")
+    (tmp_path / "config.yaml").write_text(text)
+    host = compile_options(load_config(tmp_path / "config.yaml"))
+    arm = compile_options(load_config(tmp_path / "config.yaml", target="aarch64-linux-gnu"))
+    assert "calibration_preprocess" not in host and host["preprocess"]["image"]["kind"] == "image"
+    assert arm["preprocess"] == {} and arm["calibration_preprocess"] == host["preprocess"]
+
+    class _Fn:  # what calibration_inputs reads of the model's function
+        input_names = ["image"]
+        args = [type("A", (), {"type": type("T", (), {"shape": (1, 3, 224, 224)})()})()]
+    got = calibration_inputs(arm["quantization_options"], _Fn, arm["calibration_preprocess"])
+    want = calibration_inputs(host["quantization_options"], _Fn, host["preprocess"])
+    assert len(got) == len(want) == 16 and all(np.array_equal(a[0], b[0]) for a, b in zip(got, want))
