@@ -110,6 +110,16 @@ def test_int8_conv_matches_the_interpreter(isa, vector_bits):
         _check(module, x.numpy(), vector_bits, isa)
 
 
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: f"{i.dot}")
+def test_int8_conv_packing_each_panel_before_its_gemm_matches_the_interpreter(isa):
+    """20x20 images: the first convs have >= 16 panels, so each work item packs (masked
+    vector im2col), quantizes and multiplies its own panel (kernels.conv_schedule)."""
+    if isa.dot == "pmaddwd" and not HOST_AVX2:
+        pytest.skip("no AVX2 here")
+    x = torch.randn(1, 3, 20, 20, generator=torch.Generator().manual_seed(3))
+    _check(_int8_module(_Convs().eval(), x, ACTS, seed=20), x.numpy(), 256, isa)
+
+
 def test_the_int8_dot_product_per_target():
     avx2 = Target("x86_64-unknown-linux-gnu", "znver3", "+avx2,+fma")
     vnni = Target("x86_64-unknown-linux-gnu", "sapphirerapids", "+avx2,+fma,+avxvnni")

@@ -439,7 +439,7 @@ def k_conv2d(b, k: KernelArgs):
     """Convolution as GEMM: per (image, group), B (the input planes for 1x1 convs, the
     im2col matrix otherwise) is packed in panels into scratch, then C[OC, P] = W @ B."""
     xt, wt = k.in_types[:2]
-    pointwise, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
+    _, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
     if not gemm or k.out_type.dtype != "f32":
         return k_conv2d_direct(b, k)
     n, c, h, w = xt.shape
@@ -447,9 +447,7 @@ def k_conv2d(b, k: KernelArgs):
     _, _, oh, ow = k.out_type.shape
     g = k.attrs["groups"]
     ocg, kdim, p = oc // g, icg * kh * kw, oh * ow
-    (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
-    dt = k.out_type.dtype
-    ety = REG_TYPES[dt]
+    ety = REG_TYPES[k.out_type.dtype]
     nr = panel_width(k.vw)
     panels = -(-p // nr)
     epi_all = _row_epilogue(k, 2, 2)
@@ -460,15 +458,8 @@ def k_conv2d(b, k: KernelArgs):
         row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
 
         def pack(b, k2, pp, ex):
-            S = b.bitcast(k2.scratch, k2.ins[0].type)
-            if pointwise:
-                emit_pack_b(b, k2.ins[0], ex[0], p, kdim, p, S, k2.vw, ety, panels=(pp, b.add(pp, i64(1))))
-            elif sw in (1, 2) and (dh, dw) == (1, 1) and dt == "f32" and nr % k2.vw == 0:
-                _im2col_packed_vec(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, pl, nr,
-                                   k2.vw, pp)
-            else:
-                _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt,
-                               nr, pp)
+            conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp)
+
         def gemm_items(b, k2, t, ex):
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
@@ -477,20 +468,45 @@ def k_conv2d(b, k: KernelArgs):
             emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
                              ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))))
 
-        groups_n = packed_work_items(ocg, p, k.vw) // panels
-        if panels >= FUSED_PACK_PANELS:
-            # Many panels: each work item packs one panel and multiplies it by all the
-            # weight rows at once, while the panel is still in cache.
-            def pack_and_multiply(b, k2, pp, ex):
-                pack(b, k2, pp, ex[:1])
-                with for_range(b, groups_n, name="rg") as rg:
-                    gemm_items(b, k2, b.add(b.mul(pp, i64(groups_n)), rg), ex[1:])
-            parallel(b, k, panels, pack_and_multiply, [xplane0, row_base, gi])
-        else:
-            parallel(b, k, panels, pack, [xplane0])
-            parallel(b, k, groups_n * panels, gemm_items, [row_base, gi])
+        conv_schedule(b, k, panels, packed_work_items(ocg, p, k.vw) // panels, pack, gemm_items, xplane0,
+                      [row_base, gi])
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
+
+
+def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp):
+    """Panel pp of a GEMM conv's B operand into S (f32): the input planes of a 1x1 conv
+    (vector copies), else the im2col matrix (masked vector loads for dilation 1 and
+    strides 1 and 2, element by element otherwise)."""
+    xt, wt = k2.in_types[:2]
+    pointwise, _ = conv_geometry(xt, wt, k2.out_type, k2.attrs)
+    _, _, h, w = xt.shape
+    _, icg, kh, kw = wt.shape
+    _, _, oh, ow = k2.out_type.shape
+    (sh, sw), (dh, dw), (pt, pl, _, _) = k2.attrs["stride"], k2.attrs["dilation"], k2.attrs["pads"]
+    kdim, p, nr, dt = icg * kh * kw, oh * ow, panel_width(k2.vw), k2.out_type.dtype
+    if pointwise:
+        emit_pack_b(b, k2.ins[0], xplane0, p, kdim, p, S, k2.vw, S.type.pointee, panels=(pp, b.add(pp, i64(1))))
+    elif sw in (1, 2) and (dh, dw) == (1, 1) and dt == "f32" and nr % k2.vw == 0:
+        _im2col_packed_vec(b, k2.ins[0], xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, pl, nr, k2.vw, pp)
+    else:
+        _im2col_packed(b, k2.ins[0], xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, pp)
+
+
+def conv_schedule(b, k: KernelArgs, panels: int, groups_n: int, pack, gemm_items, xplane0, extras):
+    """Run a GEMM conv's pack(b, k2, panel, [xplane0]) and gemm_items(b, k2, t, extras)
+    (t = panel * groups_n + row group) across the threads: with >= FUSED_PACK_PANELS
+    panels each work item packs one panel and multiplies it by all the weight rows at
+    once, while it is in cache; fewer panels are all packed first, then the items split."""
+    if panels >= FUSED_PACK_PANELS:
+        def pack_and_multiply(b, k2, pp, ex):
+            pack(b, k2, pp, ex[:1])
+            with for_range(b, groups_n, name="rg") as rg:
+                gemm_items(b, k2, b.add(b.mul(pp, i64(groups_n)), rg), ex[1:])
+        parallel(b, k, panels, pack_and_multiply, [xplane0, *extras])
+    else:
+        parallel(b, k, panels, pack, [xplane0])
+        parallel(b, k, groups_n * panels, gemm_items, extras)
 
 
 def k_conv2d_direct(b, k: KernelArgs):

@@ -14,8 +14,8 @@ import numpy as np
 
 from ...errors import BackendError
 from .emit import F32, I8, i64
-from .gemm import emit_pack_b, packed_work_items, panel_width
-from .kernels import KernelArgs, _epilogue, _im2col_packed, _row_epilogue, conv_geometry, parallel
+from .gemm import packed_work_items, panel_width
+from .kernels import KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, parallel
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (GENERIC, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel, emit_quantize_rows,
@@ -113,7 +113,7 @@ def k_matmul_q4(b, k: KernelArgs):
 def k_conv2d_q4(b, k: KernelArgs):
     """gemm.py's conv-as-GEMM (kernels.k_conv2d) with the quantized weight as the A rows."""
     xt, wt = k.in_types[:2]
-    pointwise, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
+    _, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
     if not gemm or k.out_type.dtype != "f32":
         raise BackendError(f"an int4 conv2d weight {list(wt.shape)} needs a GEMM-shaped f32 conv")
     n, c, h, w = xt.shape
@@ -121,8 +121,6 @@ def k_conv2d_q4(b, k: KernelArgs):
     _, _, oh, ow = k.out_type.shape
     g = k.attrs["groups"]
     ocg, kdim, p = oc // g, icg * kh * kw, oh * ow
-    (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
-    dt = k.out_type.dtype
     nr = panel_width(k.vw)
     panels = -(-p // nr)
     epi_all = _row_epilogue(k, 2, 2)
@@ -136,15 +134,9 @@ def k_conv2d_q4(b, k: KernelArgs):
 
         def pack(b, k2, pp, ex):
             S = b.bitcast(k2.scratch, k2.ins[0].type)
-            if pointwise:
-                emit_pack_b(b, k2.ins[0], ex[0], p, kdim, p, S, k2.vw, k2.ins[0].type.pointee,
-                            panels=(pp, b.add(pp, i64(1))))
-            else:
-                _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt,
-                               nr, pp)
+            conv_pack_panel(b, k2, S, ex[0], pp)
             if aq:  # the panel's codes, in place
                 emit_quantize_panel(b, b.bitcast(S, F32.as_pointer()), pp, kdim, nr, aq, isa, k2.vw)
-        parallel(b, k, panels, pack, [xplane0])
 
         def gemm_items(b, k2, t, ex):
             rb, g_ = ex
@@ -159,7 +151,8 @@ def k_conv2d_q4(b, k: KernelArgs):
             else:
                 emit_q4a_gemm(b, Aq, b.mul(g_, i64(ocg)), S, k2.out, b.mul(rb, i64(p)), p, ocg, p, kdim, k2.vw,
                               tile_epi, items=span)
-        parallel(b, k, packed_work_items(ocg, p, k.vw), gemm_items, [row_base, gi])
+        conv_schedule(b, k, panels, packed_work_items(ocg, p, k.vw) // panels, pack, gemm_items, xplane0,
+                      [row_base, gi])
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
 
