@@ -22,13 +22,18 @@ QUANT = """quantization:
 plugin:"""
 
 
-def test_mobilenet_int8_sym_build_from_the_config(tmp_path):
+def _mobilenet_int8_config(tmp_path):
+    """examples/mobilenet_v2.yaml with the QUANT section, paths made absolute, in tmp_path."""
     text = (ROOT / "examples" / "mobilenet_v2.yaml").read_text()
     head, rest = text.split("quantization:", 1)
     text = head + QUANT % ROOT + rest.split("plugin:", 1)[1]
     text = text.replace("python_path: [..]", f"python_path: [{ROOT}]").replace(
         "labels: ../examples/", f"labels: {ROOT}/examples/")
     (tmp_path / "config.yaml").write_text(text)
+
+
+def test_mobilenet_int8_sym_build_from_the_config(tmp_path):
+    _mobilenet_int8_config(tmp_path)
     lines = []
     exe = build(load_config(tmp_path / "config.yaml"), tmp_path / "mbv2_int8", cache_dir=tmp_path / "cache",
                 log=lines.append)
@@ -58,12 +63,7 @@ def test_calibration_photos_keep_the_preprocess_a_target_override_drops(tmp_path
     image preprocess for them, and the calibration inputs are the host's."""
     from cuvil.build import compile_options
     from cuvil.quant_config import calibration_inputs
-    text = (ROOT / "examples" / "mobilenet_v2.yaml").read_text()
-    head, rest = text.split("quantization:", 1)
-    text = head + QUANT % ROOT + rest.split("plugin:", 1)[1]
-    text = text.replace("python_path: [..]", f"python_path: [{ROOT}]").replace(
-        "labels: ../examples/", f"labels: {ROOT}/examples/")
-    (tmp_path / "config.yaml").write_text(text)
+    _mobilenet_int8_config(tmp_path)
     host = compile_options(load_config(tmp_path / "config.yaml"))
     arm = compile_options(load_config(tmp_path / "config.yaml", target="aarch64-linux-gnu"))
     assert "calibration_preprocess" not in host and host["preprocess"]["image"]["kind"] == "image"

@@ -240,9 +240,14 @@ def _min(b, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
+def row_groups(M: int, vw: int) -> int:
+    """Groups of ROW_GROUP row blocks (the last may be short) of an M-row packed GEMM."""
+    return -(-row_blocks(M, vw) // ROW_GROUP)
+
+
 def packed_work_items(M: int, N: int, vw: int) -> int:
     """Units of parallel work of emit_gemm_packed: (panel, group of row blocks) pairs."""
-    return -(-N // panel_width(vw)) * -(-row_blocks(M, vw) // ROW_GROUP)
+    return -(-N // panel_width(vw)) * row_groups(M, vw)
 
 
 def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None):
@@ -255,13 +260,13 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
     nr = nv * vw
     panels = -(-N // nr)
     nblocks = row_blocks(M, vw)
-    row_groups = -(-nblocks // ROW_GROUP)
+    groups = row_groups(M, vw)
     full_rows = M // mr_full
     t0, t1 = items if items is not None else (i64(0), i64(packed_work_items(M, N, vw)))
     last_cols = N - (panels - 1) * nr
     with for_range(b, t1, start=t0, name="wi") as t:
-        p = b.sdiv(t, i64(row_groups))
-        g = b.srem(t, i64(row_groups))
+        p = b.sdiv(t, i64(groups))
+        g = b.srem(t, i64(groups))
         j0 = b.mul(p, i64(nr))
         b_panel = b.mul(p, i64(K * nr))
         blk0 = b.mul(g, i64(ROW_GROUP))

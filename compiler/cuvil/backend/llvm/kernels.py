@@ -19,7 +19,7 @@ from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    emit_program, fconst, fsize, i64, intrinsic, load, loop_nest, store)
 from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
-                   row_blocks)
+                   row_blocks, row_groups)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
 
@@ -74,11 +74,20 @@ def emit_elementwise(b: ir.IRBuilder, out: ir.Value, out_type: TensorType, ins, 
 PARALLEL_MIN_ELEMENTS = 1 << 15
 
 
+def _outer_split(shape) -> int:
+    """How many leading dims to split across threads (their product >= 16, leaving
+    inner dims), or 0 for a serial loop (small tensors; symbolic dims decide by their
+    upper bounds)."""
+    split = next((d + 1 for d in range(len(shape)) if upper(prod(shape[:d + 1])) >= 16), 0)
+    if upper(prod(shape)) < PARALLEL_MIN_ELEMENTS or split == len(shape):
+        return 0
+    return split
+
+
 def k_fused(b, k: KernelArgs):
     shape = list(k.out_type.shape)
-    total = upper(prod(shape))  # symbolic dims: decide by their upper bounds
-    split = next((d + 1 for d in range(len(shape)) if upper(prod(shape[:d + 1])) >= 16), 0)
-    if total < PARALLEL_MIN_ELEMENTS or not split or split == len(shape):
+    split = _outer_split(shape)
+    if not split:
         emit_elementwise(b, k.out, k.out_type, k.ins, k.in_types, k.consts, k.attrs["program"])
         return
     outer, inner = shape[:split], shape[split:]
@@ -468,7 +477,7 @@ def k_conv2d(b, k: KernelArgs):
             emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
                              ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))))
 
-        conv_schedule(b, k, panels, packed_work_items(ocg, p, k.vw) // panels, pack, gemm_items, xplane0,
+        conv_schedule(b, k, panels, row_groups(ocg, k.vw), pack, gemm_items, xplane0,
                       [row_base, gi])
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
@@ -841,8 +850,8 @@ def k_transpose(b, k: KernelArgs):
     perm = k.attrs["perm"]
     shape = list(k.out_type.shape)
     strides = [contiguous_strides(shape), [xs[p] for p in perm]]
-    split = next((d + 1 for d in range(len(shape)) if upper(prod(shape[:d + 1])) >= 16), 0)
-    if upper(prod(shape)) < PARALLEL_MIN_ELEMENTS or not split or split == len(shape):
+    split = _outer_split(shape)
+    if not split:
         _copy(b, k.out, xt.dtype, shape, strides[0], 0, k.ins[0], strides[1], 0)
         return
 

@@ -19,7 +19,8 @@ from llvmlite import ir
 
 from ...ir.ops.quant import Q4_BLOCK_BYTES, QK
 from .emit import F16, F32, i64
-from .gemm import CONTRACT, ROW_GROUP, _last_block, _splat, _vec_ptr, micro_shape, panel_width, row_blocks
+from .gemm import (CONTRACT, ROW_GROUP, _last_block, _splat, _vec_ptr, micro_shape, panel_width, row_blocks,
+                   row_groups)
 from .loops import alloca_in_entry, for_range
 from .symbolic import is_runtime
 
@@ -113,13 +114,13 @@ def _work_items(b, M, N, vw, items, tile):
     nr = nv * vw
     panels = -(-N // nr)
     nblocks = row_blocks(M, vw)
-    row_groups = -(-nblocks // ROW_GROUP)
+    groups = row_groups(M, vw)
     full_rows = M // mr_full
     last_cols = N - (panels - 1) * nr
     t0, t1 = items
     with for_range(b, t1, start=t0, name="wi") as t:
-        p = b.sdiv(t, i64(row_groups))  # panel-major, as gemm.emit_gemm_packed
-        blk0 = b.mul(b.srem(t, i64(row_groups)), i64(ROW_GROUP))
+        p = b.sdiv(t, i64(groups))  # panel-major, as gemm.emit_gemm_packed
+        blk0 = b.mul(b.srem(t, i64(groups)), i64(ROW_GROUP))
         blk1 = b.add(blk0, i64(ROW_GROUP))
         blk1 = b.select(b.icmp_signed(">", blk1, i64(nblocks)), i64(nblocks), blk1)
 
