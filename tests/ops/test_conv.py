@@ -44,9 +44,35 @@ def conv(cin, cout, k, seed=0, **kw) -> nn.Conv2d:
     (conv(16, 8, 1), (1, 16, 20, 21)),                               # pointwise, packed by vectors
     (conv(8, 8, 1, stride=2), (1, 8, 35, 33)),
     (conv(6, 8, (1, 5), stride=(1, 3), padding=(0, 2)), (1, 6, 30, 40)),
+    # stride 1 packs from a zero-padded copy of the input: rows narrower than a vector
+    # (a vector's lanes span up to 4 output rows), uneven pads, many panels, groups
+    (conv(8, 12, 3, padding=1), (2, 8, 5, 3)),
+    (conv(8, 12, (3, 5), padding=(2, 1)), (1, 8, 41, 9)),
+    (conv(8, 12, 3, groups=2, padding=(1, 0)), (2, 8, 30, 12)),
 ])
 def test_conv2d(module, shape):
     check_torch(module, seeded(1, *shape), atol=ATOL, rtol=RTOL)
+
+
+class ConvBlock(nn.Module):
+    """conv -> (residual) -> activation: the post program runs on each GEMM tile's
+    accumulators (whole vectors: bias per row, residual per element) or after the tile."""
+
+    def __init__(self, act, residual: bool, cin=8, cout=8):
+        super().__init__()
+        torch.manual_seed(3)
+        self.conv, self.act, self.residual = nn.Conv2d(cin, cout, 3, padding=1), act, residual
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.act(y + x if self.residual else y)
+
+
+@pytest.mark.parametrize("act", [nn.ReLU(), nn.ReLU6(), nn.Hardswish(), nn.LeakyReLU(0.1), nn.GELU()],
+                         ids=["relu", "relu6", "hardswish", "leaky", "gelu"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_conv_epilogue(act, residual):
+    check_torch(ConvBlock(act, residual), seeded(7, 2, 8, 13, 11), atol=ATOL, rtol=RTOL)
 
 
 def test_depthwise_lowers_to_one_grouped_conv():

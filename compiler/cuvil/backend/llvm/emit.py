@@ -49,6 +49,13 @@ def fconst(dtype: str, v: float) -> ir.Constant:
     return ir.Constant(REG_TYPES[dtype], float(v))
 
 
+def const_like(x: ir.Value, dtype: str, v: float) -> ir.Constant:
+    """fconst(dtype, v), splat to x's vector width when x is a vector."""
+    if isinstance(x.type, ir.VectorType):
+        return ir.Constant(x.type, [float(v)] * x.type.count)
+    return fconst(dtype, v)
+
+
 def typed_ptr(b: ir.IRBuilder, raw: ir.Value, dtype: str) -> ir.Value:
     return b.bitcast(raw, MEM_TYPES[dtype].as_pointer())
 
@@ -73,7 +80,10 @@ def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, index: ir.Value, dtyp
 def intrinsic(b: ir.IRBuilder, name: str, args: Sequence[ir.Value]) -> ir.Value:
     """Call a type-overloaded LLVM intrinsic whose operands and result share one type."""
     ty = args[0].type
-    suffix = ty.intrinsic_name if hasattr(ty, "intrinsic_name") else f"i{ty.width}"
+    et = ty.element if isinstance(ty, ir.VectorType) else ty
+    suffix = et.intrinsic_name if hasattr(et, "intrinsic_name") else f"i{et.width}"
+    if isinstance(ty, ir.VectorType):
+        suffix = f"v{ty.count}{suffix}"
     full = f"{name}.{suffix}"
     fn = b.module.globals.get(full)
     if fn is None:
@@ -85,9 +95,9 @@ def intrinsic(b: ir.IRBuilder, name: str, args: Sequence[ir.Value]) -> ir.Value:
 def _clamp(b, x, dtype, attrs):
     if dtype in FLOAT_DTYPES:
         if attrs.get("min") is not None:
-            x = intrinsic(b, "llvm.maxnum", [x, fconst(dtype, attrs["min"])])
+            x = intrinsic(b, "llvm.maxnum", [x, const_like(x, dtype, attrs["min"])])
         if attrs.get("max") is not None:
-            x = intrinsic(b, "llvm.minnum", [x, fconst(dtype, attrs["max"])])
+            x = intrinsic(b, "llvm.minnum", [x, const_like(x, dtype, attrs["max"])])
         return x
     ty = REG_TYPES[dtype]
     if attrs.get("min") is not None:
@@ -133,12 +143,12 @@ def _gelu(b, x, dtype, attrs):
 
 
 def _hardsigmoid(b, x, dtype, attrs):
-    y = _clamp(b, _fadd(b, x, fconst(dtype, 3.0)), dtype, {"min": 0.0, "max": 6.0})
-    return b.fdiv(y, fconst(dtype, 6.0))
+    y = _clamp(b, _fadd(b, x, const_like(x, dtype, 3.0)), dtype, {"min": 0.0, "max": 6.0})
+    return b.fdiv(y, const_like(x, dtype, 6.0))
 
 
 def _positive_select(b, x, dtype, neg_value):
-    return b.select(b.fcmp_ordered(">", x, fconst(dtype, 0.0)), x, neg_value)
+    return b.select(b.fcmp_ordered(">", x, const_like(x, dtype, 0.0)), x, neg_value)
 
 
 def _fake_quant(b, x, dtype, attrs):
@@ -154,7 +164,7 @@ def _fake_quant(b, x, dtype, attrs):
 _FLOAT_UNARY = {
     "neg": lambda b, x, d, a: b.fneg(x),
     "abs": lambda b, x, d, a: intrinsic(b, "llvm.fabs", [x]),
-    "relu": lambda b, x, d, a: b.select(b.fcmp_ordered(">", x, fconst(d, 0.0)), x, fconst(d, 0.0)),
+    "relu": lambda b, x, d, a: b.select(b.fcmp_ordered(">", x, const_like(x, d, 0.0)), x, const_like(x, d, 0.0)),
     "sigmoid": _math("sigmoid"),
     "tanh": _math("tanh"),
     "exp": _math("exp"),
@@ -171,7 +181,7 @@ _FLOAT_UNARY = {
     "elu": lambda b, x, d, a: _positive_select(
         b, x, d, _fmul(b, fconst(d, a.get("alpha", 1.0)),
                        b.fsub(_call_math(b, "exp", x), fconst(d, 1.0)))),
-    "leaky_relu": lambda b, x, d, a: _positive_select(b, x, d, _fmul(b, x, fconst(d, a.get("slope", 0.01)))),
+    "leaky_relu": lambda b, x, d, a: _positive_select(b, x, d, _fmul(b, x, const_like(x, d, a.get("slope", 0.01)))),
     "fake_quant": _fake_quant,
 }
 
@@ -206,6 +216,10 @@ _INT_BINARY = {
     "maximum": lambda b, x, y: b.select(b.icmp_signed(">", x, y), x, y),
     "minimum": lambda b, x, y: b.select(b.icmp_signed("<", x, y), x, y),
 }
+# Float ops whose emitters above also take vectors (no math-library calls): a GEMM tile's
+# epilogue runs vectorised when its program uses only these.
+VECTOR_FLOAT_OPS = frozenset({"neg", "abs", "relu", "clamp", "hardsigmoid", "hardswish", "leaky_relu",
+                              "add", "sub", "mul", "div", "maximum", "minimum"})
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 

@@ -50,10 +50,11 @@ def _ld_vec(b, ptr, index, vty):
 
 
 def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety, c_j0=None,
-          valid=None):
+          valid=None, post=None):
     """One mr x (nv*vw) tile at rows starting a_row0/c_row0 (i64 element offsets) and
     column j0 (i64) of B; C's column is c_j0 (default j0). `valid` (int < nv*vw) stores
-    only that many leading columns (a zero-padded packed panel)."""
+    only that many leading columns (a zero-padded packed panel). `post(b, r, col, vec)`
+    maps each whole accumulator vector (tile row r, C column col) before it is stored."""
     vty = ir.VectorType(ety, vw)
     accs = [[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)]
     zero = ir.Constant(vty, [0.0] * vw)
@@ -74,7 +75,10 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
     for r in range(mr):
         crow = b.add(b.add(c_row0, i64(r * ldc)), c_j0)
         for v in range(full // vw):
-            b.store(b.load(accs[r][v]), _vec_ptr(b, C, b.add(crow, i64(v * vw)), vty), align=4)
+            vec = b.load(accs[r][v])
+            if post is not None:
+                vec = post(b, r, b.add(c_j0, i64(v * vw)), vec)
+            b.store(vec, _vec_ptr(b, C, b.add(crow, i64(v * vw)), vty), align=4)
         if valid is not None and valid > full:  # the ragged end of the last panel
             vec = b.load(accs[r][full // vw])
             for j in range(valid - full):
@@ -255,7 +259,9 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
     row-block group t % G (G groups of ROW_GROUP row blocks): consecutive items share a
     panel, and a split of the items into contiguous ranges gives each thread whole
     panels. `items=(t0, t1)` (i64 values) limits the work.
-    `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64)."""
+    `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64);
+    where it has `apply(b, row, col, vec)` (one vector of row `row` from column `col`),
+    tiles of whole vectors take it on their accumulators instead, before the store."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     panels = -(-N // nr)
@@ -278,9 +284,12 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
             c_row0 = b.add(c_off, b.mul(row0, i64(ldc)))
             # a last panel of at most one vector's columns: one vector per row, not nv
             nv_t = 1 if valid is not None and valid <= vw else nv
+            apply = getattr(epilogue, "apply", None)
+            fuse = apply is not None and (valid is None or valid % vw == 0)
+            post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)) if fuse else None
             _tile(b, A, a_row0, lda, Bp, b_panel, nr, C, c_row0, ldc, i64(0), K, mr, nv_t, vw, ety,
-                  c_j0=j0, valid=valid)
-            if epilogue is not None:
+                  c_j0=j0, valid=valid, post=post)
+            if epilogue is not None and not fuse:
                 epilogue(b, row0, mr, j0, nr if valid is None else valid)
 
         def row_blocks_of(valid):

@@ -17,7 +17,8 @@ from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
 from ...ir.types import TensorType
 from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
-                   emit_program, fconst, fsize, i64, intrinsic, load, loop_nest, store)
+                   VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
+                   store)
 from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
                    row_blocks, row_groups)
 from .loops import alloca_in_entry, for_range
@@ -130,39 +131,92 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     all_types = [t.dtype for t in k.in_types[n_main:]]
     flat_cols, flat_strides = coalesce(list(col_dims), [st[split:] for st in strides])
     supports_cols = len(flat_cols) == 1
+    # tiles take whole vectors when every operand is f32 and either walks the columns
+    # contiguously or is one value per row (a bias), and the program vectorises
+    vector_cols = (supports_cols and all(dt == "f32" for dt in dtypes + all_types)
+                   and all(fs[0] in (0, 1) for fs in flat_strides)
+                   and all(op in VECTOR_FLOAT_OPS for op, _, _ in post))
+
+    def values_of(b, loaded):
+        """The program's operand list: the result, then each extra operand (loaded) or constant."""
+        vals, vi = [loaded[0]], 1
+        for i, t in enumerate(all_types):
+            if i in consts:
+                c = consts[i]
+                vals.append(const_like(loaded[0], t, c) if t in ("f32", "f16", "f64")
+                            else ir.Constant(REG_TYPES[t], int(c)))
+            else:
+                vals.append(loaded[vi])
+                vi += 1
+        return vals
+
+    def vector_row(b, offs, col0, cols):
+        """One row's whole vectors of columns from col0 (cols an int); returns how many
+        columns that covered."""
+        vty = ir.VectorType(F32, k.vw)
+        bases = [b.add(o, b.mul(col0, i64(fs[0]))) if fs[0] else o for o, fs in zip(offs, flat_strides)]
+        per_row = {j: _splat(b, load(b, ptrs[j], bases[j], "f32"), vty)
+                   for j, fs in enumerate(flat_strides) if fs[0] == 0}
+        whole = cols // k.vw
+        for v in range(whole):
+            at = [b.add(base, i64(v * k.vw)) for base in bases]
+            vptr = [b.bitcast(b.gep(p_, [a], inbounds=True), vty.as_pointer()) for p_, a in zip(ptrs, at)]
+            loaded = [per_row[j] if j in per_row else b.load(vptr[j], align=4) for j in range(len(ptrs))]
+            res, _ = emit_program(b, post, values_of(b, loaded), ["f32"] + all_types)
+            b.store(res, vptr[0], align=4)
+        return whole * k.vw
+
+    def row_offsets(b, r):
+        """Each operand's element offset of flat row r."""
+        offs = [i64(0)] * len(ptrs)
+        rem = r
+        for d in reversed(range(split)):
+            coord = b.srem(rem, i64(row_dims[d])) if d else rem
+            rem = b.sdiv(rem, i64(row_dims[d]))
+            offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
+        return offs
+
+    def apply(b, r, col, vec):
+        """The program on one vector of the result (row r, columns from col) in registers."""
+        vty = vec.type
+        at = [b.add(o, b.mul(col, i64(fs[0]))) if fs[0] else o for o, fs in zip(row_offsets(b, r), flat_strides)]
+        loaded = [vec] + [
+            _splat(b, load(b, ptrs[j], at[j], "f32"), vty) if flat_strides[j][0] == 0 else
+            b.load(b.bitcast(b.gep(ptrs[j], [at[j]], inbounds=True), vty.as_pointer()), align=4)
+            for j in range(1, len(ptrs))]
+        res, _ = emit_program(b, post, values_of(b, loaded), ["f32"] + all_types)
+        return res
 
     def run(b, row0, rows, col0=None, cols=None):
         """Rows [row0, row0+rows); with col0/cols, only those (flattened) columns."""
+        vec = vector_cols and col0 is not None and isinstance(cols, int) and cols >= k.vw
         with for_range(b, rows, name="er") as rr:
-            r = b.add(row0, rr)
-            offs = [i64(0)] * len(ptrs)
-            rem = r
-            for d in reversed(range(split)):  # coordinates of flat row r
-                coord = b.srem(rem, i64(row_dims[d])) if d else rem
-                rem = b.sdiv(rem, i64(row_dims[d]))
-                offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
-            if col0 is None:
-                views = [View(p, dt, st[split:], o) for p, dt, st, o in zip(ptrs, dtypes, strides, offs)]
-                nest = col_dims
+            offs = row_offsets(b, b.add(row0, rr))
+            if not vec:
+                by_element(b, offs, col0, cols)
             else:
-                views = [View(p, dt, [fs[0]], b.add(o, b.mul(col0, i64(fs[0]))) if fs[0] else o)
-                         for p, dt, fs, o in zip(ptrs, dtypes, flat_strides, offs)]
-                nest = [cols]
+                done = vector_row(b, offs, col0, cols)
+                if done < cols:
+                    by_element(b, offs, b.add(col0, i64(done)), cols - done)
 
-            def body(b, idx):
-                vals, vi = [load(b, k.out, idx[0], k.out_type.dtype)], 1
-                for i in range(len(all_types)):
-                    if i in consts:
-                        t = all_types[i]
-                        vals.append(fconst(t, consts[i]) if t in ("f32", "f16", "f64")
-                                    else ir.Constant(REG_TYPES[t], int(consts[i])))
-                    else:
-                        vals.append(load(b, views[vi].ptr, idx[vi], views[vi].dtype))
-                        vi += 1
-                res, _ = emit_program(b, post, vals, [k.out_type.dtype] + all_types)
-                store(b, res, k.out, idx[0], k.out_type.dtype)
-            loop_nest(b, nest, views, body)
+    def by_element(b, offs, col0, cols):
+        """One row (offs: its offset per operand): all its columns, or [col0, col0+cols)."""
+        if col0 is None:
+            views = [View(p, dt, st[split:], o) for p, dt, st, o in zip(ptrs, dtypes, strides, offs)]
+            nest = col_dims
+        else:
+            views = [View(p, dt, [fs[0]], b.add(o, b.mul(col0, i64(fs[0]))) if fs[0] else o)
+                     for p, dt, fs, o in zip(ptrs, dtypes, flat_strides, offs)]
+            nest = [cols]
+
+        def body(b, idx):
+            loaded = [load(b, v.ptr, i, v.dtype) for v, i in zip(views, idx)]
+            res, _ = emit_program(b, post, values_of(b, loaded), [k.out_type.dtype] + all_types)
+            store(b, res, k.out, idx[0], k.out_type.dtype)
+        loop_nest(b, nest, views, body)
     run.supports_cols = supports_cols
+    if vector_cols:
+        run.apply = apply
     return run
 
 
@@ -304,6 +358,25 @@ def conv_geometry(x: TensorType, w: TensorType, out: TensorType, attrs):
 PANEL_PAD = 32  # the widest panel (AVX-512): scratch sizes are bounds for every target
 
 
+def padded_input(x: TensorType, w: TensorType, out: TensorType, attrs):
+    """(hp, wp) of the zero-padded copy of the input planes that a stride-1 f32 GEMM
+    convolution packs its im2col panels from (plain vector loads, no bounds checks), or
+    None where the conv packs straight from its input."""
+    pointwise, gemm = conv_geometry(x, w, out, attrs)
+    if pointwise or not gemm or x.dtype != "f32" or tuple(attrs["stride"]) != (1, 1) \
+            or tuple(attrs["dilation"]) != (1, 1):
+        return None
+    pt, pl, pb, pr = attrs["pads"]
+    return x.shape[2] + pt + pb, x.shape[3] + pl + pr
+
+
+def _im2col_bytes(x: TensorType, w: TensorType, out: TensorType) -> int:
+    """The packed im2col panels' share of a GEMM conv's scratch (64-byte multiple)."""
+    _, icg, kh, kw = w.shape
+    nbytes = icg * kh * kw * (out.shape[2] * out.shape[3] + PANEL_PAD) * x.itemsize
+    return -(-nbytes // 64) * 64
+
+
 def scratch_bytes(op) -> int:
     """Scratch memory a kernel needs while it runs (the memory planner reserves it): the
     GEMM convolutions pack their B operand (im2col or the input planes) in panels; an
@@ -317,9 +390,9 @@ def scratch_bytes(op) -> int:
     _, gemm = conv_geometry(x, w, op.result.type, op.attrs)
     if not gemm:
         return 0
-    _, icg, kh, kw = w.shape
-    p = op.result.type.shape[2] * op.result.type.shape[3]
-    return icg * kh * kw * (p + PANEL_PAD) * x.itemsize
+    padded = padded_input(x, w, op.result.type, op.attrs)
+    extra = 0 if padded is None else (w.shape[1] * padded[0] * padded[1] + 4 * PANEL_PAD) * x.itemsize
+    return _im2col_bytes(x, w, op.result.type) + extra
 
 
 def _imin(b, x, y):
@@ -474,6 +547,8 @@ def k_conv2d(b, k: KernelArgs):
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
             tile_epi = None if epi is None else (lambda bb, r0, mr, c0, nc: epi(bb, bb.add(rb, r0), mr, c0, nc))
+            if epi is not None and hasattr(epi, "apply"):
+                tile_epi.apply = lambda bb, r, col, vec: epi.apply(bb, bb.add(rb, r), col, vec)
             emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
                              ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))))
 
@@ -481,6 +556,92 @@ def k_conv2d(b, k: KernelArgs):
                       [row_base, gi])
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
+
+
+def _padded_copy(b, k2: KernelArgs, ic, xplane0):
+    """Plane ic of the conv's input (from element xplane0) into its zero-padded copy."""
+    xt, wt = k2.in_types[:2]
+    _, _, h, w = xt.shape
+    hp, wp = padded_input(xt, wt, k2.out_type, k2.attrs)
+    pt, pl, _, _ = k2.attrs["pads"]
+    Xp = _padded_base(b, k2)
+    src0 = b.add(xplane0, b.mul(ic, i64(h * w)))
+    dst0 = b.mul(ic, i64(hp * wp))
+    zero = fconst("f32", 0.0)
+    with for_range(b, hp, name="py") as yy:
+        row = b.add(dst0, b.mul(yy, i64(wp)))
+        iy = b.sub(yy, i64(pt))
+        inside = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
+        with b.if_else(inside) as (then, otherwise):
+            with then:
+                for j in range(pl):
+                    store(b, zero, Xp, b.add(row, i64(j)), "f32")
+                src = b.add(src0, b.mul(iy, i64(w)))
+                with for_range(b, w, name="px") as xx:
+                    store(b, load(b, k2.ins[0], b.add(src, xx), "f32"), Xp, b.add(b.add(row, i64(pl)), xx), "f32")
+                for j in range(pl + w, wp):
+                    store(b, zero, Xp, b.add(row, i64(j)), "f32")
+            with otherwise:
+                with for_range(b, wp, name="pz") as xx:
+                    store(b, zero, Xp, b.add(row, xx), "f32")
+
+
+def _padded_base(b, k2: KernelArgs):
+    """The padded input copy in the scratch, after the im2col panels and PANEL_PAD * 2
+    elements of slack (vector loads may reach that far either side; their lanes there
+    are never used)."""
+    xt, wt = k2.in_types[:2]
+    S = b.bitcast(k2.scratch, F32.as_pointer())
+    return b.gep(S, [i64(_im2col_bytes(xt, wt, k2.out_type) // 4 + 2 * PANEL_PAD)], inbounds=True)
+
+
+def _im2col_padded(b, k2: KernelArgs, S, panel):
+    """Panel `panel` of a stride-1 conv's im2col matrix from the padded input copy: the
+    vw columns of each vector span at most `segs` output rows y; the lanes of row y read
+    consecutive elements Xp[ic, y + ky, x + kx], so each (vector, row) is one unaligned
+    load at an offset fixed for the panel, and the rows' lanes are blended by masks
+    computed once per panel. Columns past the last are zero."""
+    xt, wt = k2.in_types[:2]
+    _, icg, kh, kw = wt.shape
+    _, _, oh, ow = k2.out_type.shape
+    hp, wp = padded_input(xt, wt, k2.out_type, k2.attrs)
+    vw, nr = k2.vw, panel_width(k2.vw)
+    kdim, p = icg * kh * kw, oh * ow
+    vty = ir.VectorType(F32, vw)
+    ity = ir.VectorType(I64, vw)
+    segs = -(-(vw - 1) // ow) + 1
+    Xp = _padded_base(b, k2)
+    c0 = b.mul(panel, i64(nr))
+    parts = []  # per vector: [(mask, element offset of lane 0 in Xp)] per output row
+    for v in range(nr // vw):
+        cv = b.add(c0, i64(v * vw))
+        cols = b.add(_splat(b, cv, ity), ir.Constant(ity, list(range(vw))))
+        rows = b.sdiv(cols, _splat(b, i64(ow), ity))
+        live = b.icmp_signed("<", cols, _splat(b, i64(p), ity))
+        y0 = b.sdiv(cv, i64(ow))
+        vparts = []
+        for sgi in range(segs):
+            y = b.add(y0, i64(sgi))
+            mask = b.and_(live, b.icmp_signed("==", rows, _splat(b, y, ity)))
+            ya = _imin(b, y, i64(oh - 1))  # rows past the image are masked off: any in-bounds address
+            vparts.append((mask, b.add(b.mul(ya, i64(wp - ow)), cv)))
+        parts.append(vparts)
+    zero = ir.Constant(vty, [0.0] * vw)
+    dst0 = b.mul(panel, i64(kdim * nr))
+    with for_range(b, icg, name="ic") as ic:
+        with for_range(b, kh, name="ky") as ky:
+            tap0 = b.add(b.mul(ic, i64(hp * wp)), b.mul(ky, i64(wp)))
+            r0 = b.add(b.mul(ic, i64(kh * kw)), b.mul(ky, i64(kw)))
+            for kx in range(kw):
+                dst = b.add(dst0, b.mul(b.add(r0, i64(kx)), i64(nr)))
+                for v, vparts in enumerate(parts):
+                    vec = zero
+                    for mask, off in vparts:
+                        at = b.add(b.add(tap0, i64(kx)), off)
+                        got = b.load(b.bitcast(b.gep(Xp, [at]), vty.as_pointer()), align=4)
+                        vec = b.select(mask, got, vec)
+                    b.store(vec, b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()),
+                            align=4)
 
 
 def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp):
@@ -496,6 +657,8 @@ def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp):
     kdim, p, nr, dt = icg * kh * kw, oh * ow, panel_width(k2.vw), k2.out_type.dtype
     if pointwise:
         emit_pack_b(b, k2.ins[0], xplane0, p, kdim, p, S, k2.vw, S.type.pointee, panels=(pp, b.add(pp, i64(1))))
+    elif padded_input(xt, wt, k2.out_type, k2.attrs) is not None:
+        _im2col_padded(b, k2, S, pp)
     elif sw in (1, 2) and (dh, dw) == (1, 1) and dt == "f32" and nr % k2.vw == 0:
         _im2col_packed_vec(b, k2.ins[0], xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, pl, nr, k2.vw, pp)
     else:
@@ -506,7 +669,11 @@ def conv_schedule(b, k: KernelArgs, panels: int, groups_n: int, pack, gemm_items
     """Run a GEMM conv's pack(b, k2, panel, [xplane0]) and gemm_items(b, k2, t, extras)
     (t = panel * groups_n + row group) across the threads: with >= FUSED_PACK_PANELS
     panels each work item packs one panel and multiplies it by all the weight rows at
-    once, while it is in cache; fewer panels are all packed first, then the items split."""
+    once, while it is in cache; fewer panels are all packed first, then the items split.
+    A stride-1 conv first copies its input planes zero-padded (padded_input)."""
+    xt, wt = k.in_types[:2]
+    if padded_input(xt, wt, k.out_type, k.attrs) is not None:
+        parallel(b, k, wt.shape[1], lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
     if panels >= FUSED_PACK_PANELS:
         def pack_and_multiply(b, k2, pp, ex):
             pack(b, k2, pp, ex[:1])
