@@ -44,9 +44,11 @@ def conv(cin, cout, k, seed=0, **kw) -> nn.Conv2d:
     (conv(16, 8, 1), (1, 16, 20, 21)),                               # pointwise, packed by vectors
     (conv(8, 8, 1, stride=2), (1, 8, 35, 33)),
     (conv(6, 8, (1, 5), stride=(1, 3), padding=(0, 2)), (1, 6, 30, 40)),
-    # stride 1 packs from a zero-padded copy of the input: rows narrower than a vector
-    # (a vector's lanes span up to 4 output rows), uneven pads, many panels, groups
+    # dilation 1 packs from a zero-padded copy of the input (split by column phase for
+    # strides > 1): rows narrower than a vector (a vector's lanes span up to 4 output
+    # rows), uneven pads and strides, many panels, groups
     (conv(8, 12, 3, padding=1), (2, 8, 5, 3)),
+    (conv(8, 12, 3, stride=(2, 3), padding=(1, 0)), (2, 8, 23, 10)),
     (conv(8, 12, (3, 5), padding=(2, 1)), (1, 8, 41, 9)),
     (conv(8, 12, 3, groups=2, padding=(1, 0)), (2, 8, 30, 12)),
 ])

@@ -16,7 +16,7 @@ from ...errors import BackendError
 from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
 from ...ir.types import TensorType
 from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
-from .emit import (F32, I1, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
+from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
                    store)
 from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
@@ -359,15 +359,17 @@ PANEL_PAD = 32  # the widest panel (AVX-512): scratch sizes are bounds for every
 
 
 def padded_input(x: TensorType, w: TensorType, out: TensorType, attrs):
-    """(hp, wp) of the zero-padded copy of the input planes that a stride-1 f32 GEMM
-    convolution packs its im2col panels from (plain vector loads, no bounds checks), or
-    None where the conv packs straight from its input."""
+    """(hp, sw, wq) of the zero-padded copy of the input planes that a dilation-1 f32
+    GEMM convolution packs its im2col panels from (plain vector loads, no bounds
+    checks), or None where the conv packs straight from its input. Each of the hp padded
+    rows holds its columns split by phase (column sw * q + phase at phase * wq + q), so
+    that the taps of consecutive outputs read consecutive elements at any stride."""
     pointwise, gemm = conv_geometry(x, w, out, attrs)
-    if pointwise or not gemm or x.dtype != "f32" or tuple(attrs["stride"]) != (1, 1) \
-            or tuple(attrs["dilation"]) != (1, 1):
+    if pointwise or not gemm or x.dtype != "f32" or tuple(attrs["dilation"]) != (1, 1):
         return None
     pt, pl, pb, pr = attrs["pads"]
-    return x.shape[2] + pt + pb, x.shape[3] + pl + pr
+    sw = attrs["stride"][1]
+    return x.shape[2] + pt + pb, sw, -(-(x.shape[3] + pl + pr) // sw)
 
 
 def _im2col_bytes(x: TensorType, w: TensorType, out: TensorType) -> int:
@@ -391,7 +393,7 @@ def scratch_bytes(op) -> int:
     if not gemm:
         return 0
     padded = padded_input(x, w, op.result.type, op.attrs)
-    extra = 0 if padded is None else (w.shape[1] * padded[0] * padded[1] + 4 * PANEL_PAD) * x.itemsize
+    extra = 0 if padded is None else (w.shape[1] * prod(padded) + 4 * PANEL_PAD) * x.itemsize
     return _im2col_bytes(x, w, op.result.type) + extra
 
 
@@ -445,72 +447,6 @@ def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, 
             store(b, zero, S, b.add(dst, cc), dt)
 
 
-def _masked_load(b, ptr, mask, passthru):
-    """llvm.masked.load: the lanes of mask from ptr (others from passthru; never read)."""
-    vty = passthru.type
-    name = f"llvm.masked.load.v{vty.count}f32.p0"
-    fn = b.module.globals.get(name) or ir.Function(
-        b.module, ir.FunctionType(vty, [ptr.type, ir.IntType(32), mask.type, vty]), name=name)
-    return b.call(fn, [ptr, ir.Constant(ir.IntType(32), 4), mask, passthru])
-
-
-def _im2col_packed_vec(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, pl, nr, vw, panel):
-    """_im2col_packed for dilation 1 and f32: per im2col row r, the panel's nr columns
-    are nr / vw vectors, each gathered from the input rows it spans (every output row y
-    in the panel) with masked loads (the columns of row y whose tap is inside the image:
-    input elements sw apart; a stride of 2 loads 2 * vw and keeps the even lanes), zeros
-    elsewhere; then stored whole."""
-    kdim, p = icg * kh * kw, oh * ow
-    vty = ir.VectorType(F32, vw)
-    wide = ir.VectorType(F32, vw * sw)
-    ity = ir.VectorType(I64, vw)
-    c0 = b.mul(panel, i64(nr))
-    c1 = _imin(b, b.add(c0, i64(nr)), i64(p))
-    y_first, y_last = b.sdiv(c0, i64(ow)), b.sdiv(b.sub(c1, i64(1)), i64(ow))
-    lanes = [b.add(ir.Constant(ity, list(range(vw))), _splat(b, b.add(c0, i64(v * vw)), ity))
-             for v in range(nr // vw)]
-    spread = ir.Constant(ir.VectorType(ir.IntType(32), vw * sw), [j // sw if j % sw == 0 else vw
-                                                                   for j in range(vw * sw)])
-    evens = ir.Constant(ir.VectorType(ir.IntType(32), vw), [j * sw for j in range(vw)])
-    acc = [alloca_in_entry(b, vty) for _ in range(nr // vw)]
-    with for_range(b, kdim, name="r") as r:
-        ic = b.sdiv(r, i64(kh * kw))
-        ky = b.srem(b.sdiv(r, i64(kw)), i64(kh))
-        kx = b.srem(r, i64(kw))
-        toff_h = b.sub(ky, i64(pt))
-        toff_w = b.sub(kx, i64(pl))
-        ox_lo, ox_hi = _range_for_tap(b, toff_w, sw, w, ow)
-        xplane = b.add(xplane0, b.mul(ic, i64(h * w)))
-        for a in acc:
-            b.store(ir.Constant(vty, [0.0] * vw), a)
-        with for_range(b, b.add(y_last, i64(1)), start=y_first, name="y") as y:
-            iy = b.add(b.mul(y, i64(sh)), toff_h)
-            row_ok = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
-            with b.if_then(row_ok):
-                base = b.mul(y, i64(ow))
-                a0 = _imax(b, _imax(b, c0, base), b.add(base, ox_lo))  # columns [a0, a1) come from row iy
-                a1 = _imin(b, _imin(b, c1, b.add(base, i64(ow))), b.add(base, ox_hi))
-                # column cc reads X[xplane + iy*w + toff_w + sw*(cc - base)]
-                row = b.add(b.add(xplane, b.mul(iy, i64(w))), toff_w)
-                for v, a in enumerate(acc):
-                    m = b.and_(b.icmp_signed(">=", lanes[v], _splat(b, a0, ity)),
-                               b.icmp_signed("<", lanes[v], _splat(b, a1, ity)))
-                    at = b.add(row, b.mul(b.sub(b.add(c0, i64(v * vw)), base), i64(sw)))
-                    if sw == 1:
-                        ptr = b.bitcast(b.gep(X, [at]), vty.as_pointer())
-                        b.store(_masked_load(b, ptr, m, b.load(a)), a)
-                    else:  # lane j of the wide load is input element sw * j
-                        mw = b.shuffle_vector(m, ir.Constant(m.type, [0] * vw), spread)
-                        got = _masked_load(b, b.bitcast(b.gep(X, [at]), wide.as_pointer()), mw,
-                                           ir.Constant(wide, [0.0] * (vw * sw)))
-                        got = b.shuffle_vector(got, ir.Constant(wide, ir.Undefined), evens)
-                        b.store(b.select(m, got, b.load(a)), a)
-        dst = b.add(b.mul(panel, i64(kdim * nr)), b.mul(r, i64(nr)))
-        for v, a in enumerate(acc):
-            b.store(b.load(a), b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()),
-                    align=4)
-
-
 # A GEMM convolution with at least this many panels packs each panel right before
 # multiplying it (one parallel loop over panels); fewer panels are packed first, then
 # the (panel, row group) items split across the threads.
@@ -559,30 +495,40 @@ def k_conv2d(b, k: KernelArgs):
 
 
 def _padded_copy(b, k2: KernelArgs, ic, xplane0):
-    """Plane ic of the conv's input (from element xplane0) into its zero-padded copy."""
+    """Plane ic of the conv's input (from element xplane0) into its zero-padded,
+    phase-split copy (padded_input)."""
     xt, wt = k2.in_types[:2]
     _, _, h, w = xt.shape
-    hp, wp = padded_input(xt, wt, k2.out_type, k2.attrs)
+    hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
     pt, pl, _, _ = k2.attrs["pads"]
     Xp = _padded_base(b, k2)
     src0 = b.add(xplane0, b.mul(ic, i64(h * w)))
-    dst0 = b.mul(ic, i64(hp * wp))
+    dst0 = b.mul(ic, i64(hp * sw * wq))
     zero = fconst("f32", 0.0)
     with for_range(b, hp, name="py") as yy:
-        row = b.add(dst0, b.mul(yy, i64(wp)))
+        row = b.add(dst0, b.mul(yy, i64(sw * wq)))
         iy = b.sub(yy, i64(pt))
         inside = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
+        src = b.add(src0, b.mul(b.select(inside, iy, i64(0)), i64(w)))
         with b.if_else(inside) as (then, otherwise):
             with then:
-                for j in range(pl):
-                    store(b, zero, Xp, b.add(row, i64(j)), "f32")
-                src = b.add(src0, b.mul(iy, i64(w)))
-                with for_range(b, w, name="px") as xx:
-                    store(b, load(b, k2.ins[0], b.add(src, xx), "f32"), Xp, b.add(b.add(row, i64(pl)), xx), "f32")
-                for j in range(pl + w, wp):
-                    store(b, zero, Xp, b.add(row, i64(j)), "f32")
+                if sw == 1:  # zeros, a plain copy of the row, zeros
+                    for j in range(pl):
+                        store(b, zero, Xp, b.add(row, i64(j)), "f32")
+                    with for_range(b, w, name="px") as xx:
+                        store(b, load(b, k2.ins[0], b.add(src, xx), "f32"), Xp, b.add(b.add(row, i64(pl)), xx),
+                              "f32")
+                    for j in range(pl + w, wq):
+                        store(b, zero, Xp, b.add(row, i64(j)), "f32")
+                else:
+                    for phase in range(sw):
+                        with for_range(b, wq, name="pq") as q:
+                            ix = b.add(b.mul(q, i64(sw)), i64(phase - pl))
+                            ok = b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w)))
+                            v = load(b, k2.ins[0], b.add(src, b.select(ok, ix, i64(0))), "f32")
+                            store(b, b.select(ok, v, zero), Xp, b.add(row, b.add(i64(phase * wq), q)), "f32")
             with otherwise:
-                with for_range(b, wp, name="pz") as xx:
+                with for_range(b, sw * wq, name="pz") as xx:
                     store(b, zero, Xp, b.add(row, xx), "f32")
 
 
@@ -596,15 +542,17 @@ def _padded_base(b, k2: KernelArgs):
 
 
 def _im2col_padded(b, k2: KernelArgs, S, panel):
-    """Panel `panel` of a stride-1 conv's im2col matrix from the padded input copy: the
-    vw columns of each vector span at most `segs` output rows y; the lanes of row y read
-    consecutive elements Xp[ic, y + ky, x + kx], so each (vector, row) is one unaligned
-    load at an offset fixed for the panel, and the rows' lanes are blended by masks
-    computed once per panel. Columns past the last are zero."""
+    """Panel `panel` of a conv's im2col matrix from the padded input copy: the vw
+    columns of each vector span at most `segs` output rows y; the lanes of row y read
+    consecutive elements of the copy (row sh*y + ky, phase kx % sw, from x + kx // sw),
+    so each (vector, row) is one unaligned load at an offset fixed for the panel, and the
+    rows' lanes are blended by masks computed once per panel. Columns past the last are
+    zero."""
     xt, wt = k2.in_types[:2]
     _, icg, kh, kw = wt.shape
     _, _, oh, ow = k2.out_type.shape
-    hp, wp = padded_input(xt, wt, k2.out_type, k2.attrs)
+    hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
+    sh, pitch = k2.attrs["stride"][0], sw * wq  # elements per padded row
     vw, nr = k2.vw, panel_width(k2.vw)
     kdim, p = icg * kh * kw, oh * ow
     vty = ir.VectorType(F32, vw)
@@ -624,20 +572,20 @@ def _im2col_padded(b, k2: KernelArgs, S, panel):
             y = b.add(y0, i64(sgi))
             mask = b.and_(live, b.icmp_signed("==", rows, _splat(b, y, ity)))
             ya = _imin(b, y, i64(oh - 1))  # rows past the image are masked off: any in-bounds address
-            vparts.append((mask, b.add(b.mul(ya, i64(wp - ow)), cv)))
+            vparts.append((mask, b.add(b.mul(ya, i64(sh * pitch - ow)), cv)))
         parts.append(vparts)
     zero = ir.Constant(vty, [0.0] * vw)
     dst0 = b.mul(panel, i64(kdim * nr))
     with for_range(b, icg, name="ic") as ic:
         with for_range(b, kh, name="ky") as ky:
-            tap0 = b.add(b.mul(ic, i64(hp * wp)), b.mul(ky, i64(wp)))
+            tap0 = b.add(b.mul(ic, i64(hp * pitch)), b.mul(ky, i64(pitch)))
             r0 = b.add(b.mul(ic, i64(kh * kw)), b.mul(ky, i64(kw)))
             for kx in range(kw):
                 dst = b.add(dst0, b.mul(b.add(r0, i64(kx)), i64(nr)))
                 for v, vparts in enumerate(parts):
                     vec = zero
                     for mask, off in vparts:
-                        at = b.add(b.add(tap0, i64(kx)), off)
+                        at = b.add(b.add(tap0, i64(kx % sw * wq + kx // sw)), off)
                         got = b.load(b.bitcast(b.gep(Xp, [at]), vty.as_pointer()), align=4)
                         vec = b.select(mask, got, vec)
                     b.store(vec, b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()),
@@ -646,8 +594,8 @@ def _im2col_padded(b, k2: KernelArgs, S, panel):
 
 def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp):
     """Panel pp of a GEMM conv's B operand into S (f32): the input planes of a 1x1 conv
-    (vector copies), else the im2col matrix (masked vector loads for dilation 1 and
-    strides 1 and 2, element by element otherwise)."""
+    (vector copies), else the im2col matrix (vector loads from the padded input copy for
+    dilation 1, element by element otherwise)."""
     xt, wt = k2.in_types[:2]
     pointwise, _ = conv_geometry(xt, wt, k2.out_type, k2.attrs)
     _, _, h, w = xt.shape
@@ -659,8 +607,6 @@ def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp):
         emit_pack_b(b, k2.ins[0], xplane0, p, kdim, p, S, k2.vw, S.type.pointee, panels=(pp, b.add(pp, i64(1))))
     elif padded_input(xt, wt, k2.out_type, k2.attrs) is not None:
         _im2col_padded(b, k2, S, pp)
-    elif sw in (1, 2) and (dh, dw) == (1, 1) and dt == "f32" and nr % k2.vw == 0:
-        _im2col_packed_vec(b, k2.ins[0], xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, pt, pl, nr, k2.vw, pp)
     else:
         _im2col_packed(b, k2.ins[0], xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, pp)
 
@@ -670,7 +616,7 @@ def conv_schedule(b, k: KernelArgs, panels: int, groups_n: int, pack, gemm_items
     (t = panel * groups_n + row group) across the threads: with >= FUSED_PACK_PANELS
     panels each work item packs one panel and multiplies it by all the weight rows at
     once, while it is in cache; fewer panels are all packed first, then the items split.
-    A stride-1 conv first copies its input planes zero-padded (padded_input)."""
+    Convs of dilation 1 first copy their input planes zero-padded (padded_input)."""
     xt, wt = k.in_types[:2]
     if padded_input(xt, wt, k.out_type, k.attrs) is not None:
         parallel(b, k, wt.shape[1], lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
