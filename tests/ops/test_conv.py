@@ -36,7 +36,7 @@ def conv(cin, cout, k, seed=0, **kw) -> nn.Conv2d:
     (conv(3, 4, 3, padding="valid"), (1, 3, 6, 6)),
     (conv(3, 4, 5, stride=3), (1, 3, 5, 5)),                         # kernel = padded input
     # >= 16 panels of output positions: each work item packs its panel, then multiplies
-    # it (kernels.FUSED_PACK_PANELS); ragged last panels, vectorised im2col
+    # it (kernels.FUSED_PACK_PANELS); ragged last panels
     (conv(8, 12, 3, padding=1), (2, 8, 17, 19)),
     (conv(8, 12, 3, stride=2, padding=1), (1, 8, 33, 35)),
     (conv(8, 16, 7, stride=2, padding=3), (1, 8, 40, 38)),
