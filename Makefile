@@ -81,7 +81,7 @@ $(STAMP): | $(PY)
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 demo: setup
 	$(PY) examples/demo.py
