@@ -150,22 +150,6 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
                 vi += 1
         return vals
 
-    def vector_row(b, offs, col0, cols):
-        """One row's whole vectors of columns from col0 (cols an int); returns how many
-        columns that covered."""
-        vty = ir.VectorType(F32, k.vw)
-        bases = [b.add(o, b.mul(col0, i64(fs[0]))) if fs[0] else o for o, fs in zip(offs, flat_strides)]
-        per_row = {j: _splat(b, load(b, ptrs[j], bases[j], "f32"), vty)
-                   for j, fs in enumerate(flat_strides) if fs[0] == 0}
-        whole = cols // k.vw
-        for v in range(whole):
-            at = [b.add(base, i64(v * k.vw)) for base in bases]
-            vptr = [b.bitcast(b.gep(p_, [a], inbounds=True), vty.as_pointer()) for p_, a in zip(ptrs, at)]
-            loaded = [per_row[j] if j in per_row else b.load(vptr[j], align=4) for j in range(len(ptrs))]
-            res, _ = emit_program(b, post, values_of(b, loaded), ["f32"] + all_types)
-            b.store(res, vptr[0], align=4)
-        return whole * k.vw
-
     def row_offsets(b, r):
         """Each operand's element offset of flat row r."""
         offs = [i64(0)] * len(ptrs)
@@ -176,16 +160,33 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
             offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
         return offs
 
-    def apply(b, r, col, vec):
-        """The program on one vector of the result (row r, columns from col) in registers."""
+    def apply_at(b, offs, col, vec):
+        """The program on vec, the result's vector at columns from col of the row whose
+        operand offsets are offs: each extra operand is a vector there or, one value per
+        row, a splat."""
         vty = vec.type
-        at = [b.add(o, b.mul(col, i64(fs[0]))) if fs[0] else o for o, fs in zip(row_offsets(b, r), flat_strides)]
+        at = [b.add(o, b.mul(col, i64(fs[0]))) if fs[0] else o for o, fs in zip(offs, flat_strides)]
         loaded = [vec] + [
             _splat(b, load(b, ptrs[j], at[j], "f32"), vty) if flat_strides[j][0] == 0 else
             b.load(b.bitcast(b.gep(ptrs[j], [at[j]], inbounds=True), vty.as_pointer()), align=4)
             for j in range(1, len(ptrs))]
         res, _ = emit_program(b, post, values_of(b, loaded), ["f32"] + all_types)
         return res
+
+    def apply(b, r, col, vec):
+        """apply_at for flat row r: a tile's accumulators, in registers."""
+        return apply_at(b, row_offsets(b, r), col, vec)
+
+    def vector_row(b, offs, col0, cols):
+        """One row's whole vectors of columns from col0 (cols an int), in place; returns
+        how many columns that covered."""
+        vty = ir.VectorType(F32, k.vw)
+        whole = cols // k.vw
+        for v in range(whole):
+            col = b.add(col0, i64(v * k.vw))
+            ptr = b.bitcast(b.gep(ptrs[0], [b.add(offs[0], col)], inbounds=True), vty.as_pointer())
+            b.store(apply_at(b, offs, col, b.load(ptr, align=4)), ptr, align=4)
+        return whole * k.vw
 
     def run(b, row0, rows, col0=None, cols=None):
         """Rows [row0, row0+rows); with col0/cols, only those (flattened) columns."""
@@ -509,9 +510,9 @@ def _padded_copy(b, k2: KernelArgs, ic, xplane0):
         row = b.add(dst0, b.mul(yy, i64(sw * wq)))
         iy = b.sub(yy, i64(pt))
         inside = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
-        src = b.add(src0, b.mul(b.select(inside, iy, i64(0)), i64(w)))
         with b.if_else(inside) as (then, otherwise):
             with then:
+                src = b.add(src0, b.mul(iy, i64(w)))
                 if sw == 1:  # zeros, a plain copy of the row, zeros
                     for j in range(pl):
                         store(b, zero, Xp, b.add(row, i64(j)), "f32")
