@@ -80,8 +80,13 @@ $(STAMP): | $(PY)
 	rm -f $(VENV)/.cuvil-setup-*
 	touch $@
 
+# The suite runs in TEST_WORKERS pytest-xdist processes (one per core on the 2-core
+# machines it is sized for), each test file whole on one worker so module fixtures
+# (the compiled MobileNetV2, MiniLM, ...) are built once. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+
 test: setup
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 demo: setup
 	$(PY) examples/demo.py
