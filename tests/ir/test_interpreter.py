@@ -47,3 +47,20 @@ def test_wrong_input_shape_names_the_input():
     _, inputs, module = captured("resnet18")
     with pytest.raises(CuvilError, match=f"input {module.main.input_names[0]!r}: expected shape"):
         cir.run(module, [np.zeros((1, 3, 32, 32), np.float32)])
+
+
+def test_erf_and_gelu_references_are_double_precision():
+    """The references behind erf and GELU (SciPy's erf where installed) agree with
+    math.erf per element in float64, and GELU with torch's float64 GELU rounded to float32."""
+    import math
+
+    from cuvil.ir.ops import elementwise
+
+    x = np.concatenate([np.linspace(-7, 7, 20001), [0.0, -0.0, 1e-300, 30.0, -30.0]])
+    want = np.array([math.erf(v) for v in x])
+    np.testing.assert_allclose(elementwise._erf(x), want, rtol=2e-15, atol=1e-300)
+    x32 = np.linspace(-9, 9, 4001, dtype=np.float32)
+    got = elementwise._f(x32, elementwise._gelu)
+    assert got.dtype == np.float32
+    want = torch.nn.functional.gelu(torch.from_numpy(x32).double()).float().numpy()
+    np.testing.assert_allclose(got, want, rtol=1.2e-7, atol=1e-30)
