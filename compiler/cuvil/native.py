@@ -15,7 +15,8 @@ ABI version is a LinkError that names both sides.
 `cuvil.backend.header`), the objects (model.o, weights.o) and the model's header. It
 compiles the runtime's C sources with `cc` and a generated glue file that defines the
 header's prefixed API (and, for an executable, the pre/post-processing tables main
-reads), then links:
+reads), then links (the runtime's objects are compiled once per process for each
+compiler, flag set and content of the runtime sources, and reused):
 
     exe     runtime + main + model; libjpeg, libpng and zlib linked statically when an
             input has image pre-processing; otherwise only -lm -lpthread
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -467,18 +469,20 @@ def link_artifact(kind: str, objects: Sequence[str | os.PathLike], manifest: dic
                 raise LinkError(f"cannot link {out}: header {header_path} does not exist")
         images = kind == "exe" and any(cfg is not None and cfg.get("kind") != "plugin" for cfg in pre)
         archives = check_image_support(tool) if images else []
-        flags = ["-std=c99", "-O2", *tool.flags,
-                 f"-ffile-prefix-map={RUNTIME_DIR}=cuvil/runtime", f"-ffile-prefix-map={work}=.",
-                 f"-ffile-prefix-map={header.parent}=.", "-I", str(header.parent), "-I", str(RUNTIME_DIR)]
+        # The runtime's own flags (its objects depend on nothing else: they are reused
+        # within the process), then those of the files that include the model's header.
+        base = ["-std=c99", "-O2", *tool.flags, f"-ffile-prefix-map={RUNTIME_DIR}=cuvil/runtime"]
         if kind == "shared":
-            flags.append("-fvisibility=hidden")
+            base.append("-fvisibility=hidden")
         if kind == "exe" and not images:
-            flags.append("-DCUVIL_NO_CODECS")
+            base.append("-DCUVIL_NO_CODECS")
+        flags = [*base, f"-ffile-prefix-map={work}=.", f"-ffile-prefix-map={header.parent}=.",
+                 "-I", str(header.parent), "-I", str(RUNTIME_DIR)]
         sources = [RUNTIME_DIR / s for s in CORE_SOURCES + (EXE_SOURCES if kind == "exe" else ())]
         compiled = []
         for src in sources:
             obj = work / (src.stem + ".o")
-            _run([*ccmd, *flags, "-c", str(src), "-o", obj.name], f"compiling {src.name} for {out}", cwd=work)
+            obj.write_bytes(_runtime_object(ccmd, base, src, work, out))
             compiled.append(obj.name)
         plugin_objs = []
         for i, src in enumerate(plugins):
@@ -525,6 +529,27 @@ def link_artifact(kind: str, objects: Sequence[str | os.PathLike], manifest: dic
             if tmp.exists():
                 tmp.unlink()
     return out
+
+
+_RUNTIME_OBJECTS: dict[tuple, bytes] = {}
+
+
+def _runtime_object(ccmd: list[str], base: list[str], src: Path, work: Path, out: Path) -> bytes:
+    """The object of runtime source `src` compiled with `ccmd` and `base` flags, compiled
+    once per process for each (compiler, flags, runtime sources' content): models
+    compiled one after another (tests, `cuvil.compile` in a loop) reuse it. The object is
+    the one a fresh compile gives (-ffile-prefix-map keeps paths out of it)."""
+    digest = hashlib.sha256()
+    for f in sorted(RUNTIME_DIR.iterdir()):
+        if f.suffix in (".c", ".h"):
+            digest.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    key = (tuple(ccmd), tuple(base), src.name, digest.hexdigest())
+    if key not in _RUNTIME_OBJECTS:
+        name = f"{src.stem}.o"
+        _run([*ccmd, *base, f"-ffile-prefix-map={work}=.", "-I", str(RUNTIME_DIR), "-c", str(src), "-o", name],
+             f"compiling {src.name} for {out}", cwd=work)
+        _RUNTIME_OBJECTS[key] = (work / name).read_bytes()
+    return _RUNTIME_OBJECTS[key]
 
 
 QEMU = {"aarch64": ("qemu-aarch64", "/usr/aarch64-linux-gnu", "qemu-user")}

@@ -11,6 +11,7 @@ import pytest
 
 from cuvil.backend.header import render_header
 from cuvil.errors import CuvilError, LinkError
+from cuvil import native
 from cuvil.native import link_artifact
 from cuvil.runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR
 
@@ -54,8 +55,14 @@ def _link_all(model, tmp, kinds):
 
 
 def test_artifacts_are_deterministic(cnn, tmp_path):
+    """Also: the runtime objects kept for the rest of the process (the second link reuses
+    them) give the same bytes as compiling the runtime afresh (the first)."""
+    native._RUNTIME_OBJECTS.clear()
     first = _link_all(cnn, tmp_path / "a", ("static", "shared", "exe"))
+    kept = dict(native._RUNTIME_OBJECTS)
+    assert len(kept) >= len(CORE_SOURCES) + len(EXE_SOURCES)
     second = _link_all(cnn, tmp_path / "b", ("static", "shared", "exe"))
+    assert native._RUNTIME_OBJECTS == kept  # nothing compiled again
     for kind in first:
         assert first[kind] == second[kind], kind
         assert str(tmp_path).encode() not in first[kind], f"{kind} contains the build path"
