@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import math
 import os
 import re
@@ -43,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .backend.header import c_string, check_manifest, render_header
+from .build import runtime_hash
 from .errors import CuvilError, LinkError
 from .runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR, abi
 
@@ -479,10 +479,11 @@ def link_artifact(kind: str, objects: Sequence[str | os.PathLike], manifest: dic
         flags = [*base, f"-ffile-prefix-map={work}=.", f"-ffile-prefix-map={header.parent}=.",
                  "-I", str(header.parent), "-I", str(RUNTIME_DIR)]
         sources = [RUNTIME_DIR / s for s in CORE_SOURCES + (EXE_SOURCES if kind == "exe" else ())]
+        runtime = runtime_hash()
         compiled = []
         for src in sources:
             obj = work / (src.stem + ".o")
-            obj.write_bytes(_runtime_object(ccmd, base, src, work, out))
+            _runtime_object(ccmd, base, runtime, src, obj, f"compiling {src.name} for {out}")
             compiled.append(obj.name)
         plugin_objs = []
         for i, src in enumerate(plugins):
@@ -534,22 +535,18 @@ def link_artifact(kind: str, objects: Sequence[str | os.PathLike], manifest: dic
 _RUNTIME_OBJECTS: dict[tuple, bytes] = {}
 
 
-def _runtime_object(ccmd: list[str], base: list[str], src: Path, work: Path, out: Path) -> bytes:
-    """The object of runtime source `src` compiled with `ccmd` and `base` flags, compiled
-    once per process for each (compiler, flags, runtime sources' content): models
+def _runtime_object(ccmd: list[str], base: list[str], runtime: str, src: Path, obj: Path, what: str) -> None:
+    """Write to `obj` runtime source `src` compiled with `ccmd` and `base` flags; compiled
+    once per process for each (compiler, flags, `runtime` = build.runtime_hash()): models
     compiled one after another (tests, `cuvil.compile` in a loop) reuse it. The object is
     the one a fresh compile gives (-ffile-prefix-map keeps paths out of it)."""
-    digest = hashlib.sha256()
-    for f in sorted(RUNTIME_DIR.iterdir()):
-        if f.suffix in (".c", ".h"):
-            digest.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    key = (tuple(ccmd), tuple(base), src.name, digest.hexdigest())
-    if key not in _RUNTIME_OBJECTS:
-        name = f"{src.stem}.o"
-        _run([*ccmd, *base, f"-ffile-prefix-map={work}=.", "-I", str(RUNTIME_DIR), "-c", str(src), "-o", name],
-             f"compiling {src.name} for {out}", cwd=work)
-        _RUNTIME_OBJECTS[key] = (work / name).read_bytes()
-    return _RUNTIME_OBJECTS[key]
+    key = (tuple(ccmd), tuple(base), src.name, runtime)
+    if key in _RUNTIME_OBJECTS:
+        obj.write_bytes(_RUNTIME_OBJECTS[key])
+        return
+    _run([*ccmd, *base, f"-ffile-prefix-map={obj.parent}=.", "-I", str(RUNTIME_DIR), "-c", str(src), "-o", obj.name],
+         what, cwd=obj.parent)
+    _RUNTIME_OBJECTS[key] = obj.read_bytes()
 
 
 QEMU = {"aarch64": ("qemu-aarch64", "/usr/aarch64-linux-gnu", "qemu-user")}

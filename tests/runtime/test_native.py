@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
+from cuvil import native
 from cuvil.backend.header import render_header
 from cuvil.errors import CuvilError, LinkError
-from cuvil import native
 from cuvil.native import link_artifact
 from cuvil.runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR
 
