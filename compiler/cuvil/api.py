@@ -96,7 +96,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
             target=None, prefix: str = "cuvil_model", jit: bool = False,
             profile: bool = False, calibration=None, quantization_options: dict | None = None,
             dynamic_shapes: Sequence | None = None, dim_bounds: dict | None = None,
-            specialize: Sequence[dict] = (), qat_mode: bool = False) -> "CompiledModel":
+            specialize: Sequence[dict] = (), qat_mode: bool = False, precision: str = "f32") -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it.
 
     The object is linked with the C runtime into a shared library exactly as
@@ -110,6 +110,9 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     ranges (with "int4_block", optional: matmul codes are then fitted GPTQ-style to the
     calibrated inputs). `quantization_options` sets the quantize-weights pass's other fields
     (activation="u8"|"i8", ranges="minmax"|"percentile", percentile, keep_f32).
+    `precision="bf16"` (quantization "none") runs convolutions and matrix products with
+    constant weights in bfloat16 with f32 accumulation (AVX-512-BF16 where the target
+    has it), weights stored as bf16.
 
     Symbolic dims (PyTorch models; ONNX models need only `dim_bounds` for their
     dim_params): `dynamic_shapes` names the dims per input
@@ -140,7 +143,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
             raise CuvilError("qat_mode=True takes the scales from the model's quantize/dequantize nodes: use "
                              "quantization 'none' or 'int8_sym', no calibration and no quantization_options")
         quantization = "none"
-    qopts = {"method": quantization, **(quantization_options or {})}
+    qopts = {"method": quantization, "precision": precision, **(quantization_options or {})}
     if quantization == "int8_sym" and calibration is None:
         raise CuvilError("quantization='int8_sym' needs calibration=[input tuples] for the activation ranges")
     if calibration is not None:

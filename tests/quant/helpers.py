@@ -19,9 +19,10 @@ def quantized(module, method: str, **options):
                         verify_each=True)
 
 
-def run_native(module, arrays, vector_bits: int, int8=None) -> tuple[np.ndarray, ...]:
-    """JIT on this host; `int8` (qgemm8.Int8Isa) picks the int8 dot product (default generic)."""
-    gen = generate(module, "qtest", vector_bits, int8=int8)
+def run_native(module, arrays, vector_bits: int, int8=None, bf16=None) -> tuple[np.ndarray, ...]:
+    """JIT on this host; `int8` / `bf16` (qgemm8.Int8Isa) pick the int8 / bf16 dot
+    product (default generic)."""
+    gen = generate(module, "qtest", vector_bits, int8=int8, bf16=bf16)
     return _JitModel(JitEngine(gen, host_target()), gen, module)(*arrays)
 
 

@@ -9,6 +9,10 @@ chosen GPTQ-style), the others fp16. `int8_sym`: integer
 conv2d/matmul with per-channel int8 weights and per-tensor activations calibrated on
 `calibration` (a sequence of input tuples; quantize_int8.py); other weights stay f32.
 `none` leaves the module as it is.
+
+`precision = "bf16"` (with method `none`): conv2d / matmul compute in bfloat16 with f32
+accumulation, weights stored as bf16 (quantize_bf16.py). `f32` (the default) changes
+nothing.
 """
 from __future__ import annotations
 
@@ -20,10 +24,12 @@ from ..errors import CuvilError
 from ..ir import Module
 from ..ir.ops.shape import Constant
 from .quantize_int4 import int4_layout, int4_weight
+from .quantize_bf16 import bf16_rewrite
 from .quantize_int8 import int8_rewrite
 from .calibrate import input_grams
 
 METHODS = ("none", "fp16", "int4_block", "int8_sym")
+PRECISIONS = ("f32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -35,12 +41,21 @@ class QuantizeWeights:
     percentile: float = 99.99
     keep_f32: int = 0             # int8_sym: this many most sensitive ops stay f32
     report: bool = False          # int8_sym: list every candidate's scales and error (quant-report)
+    precision: str = "f32"        # bf16: conv2d/matmul in bfloat16, f32 accumulation (method none only)
     name: str = "quantize-weights"
 
     def apply(self, module: Module) -> None:
         if self.method not in METHODS:
             raise CuvilError(f"quantization method {self.method!r} is not implemented "
                              f"(implemented: {', '.join(METHODS)})")
+        if self.precision not in PRECISIONS:
+            raise CuvilError(f"precision {self.precision!r} is not supported (supported: {', '.join(PRECISIONS)})")
+        if self.precision == "bf16":
+            if self.method != "none":
+                raise CuvilError(f"precision bf16 computes in bfloat16 with its own bf16 weights; it does not "
+                                 f"combine with quantization {self.method!r} (use one or the other)")
+            module.main.attrs["precision"] = {"bf16_ops": bf16_rewrite(module.main)}
+            return
         if self.method == "none":
             return
         fn = module.main

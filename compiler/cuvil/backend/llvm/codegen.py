@@ -28,7 +28,7 @@ from .custom import emit_custom
 from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
 from .gemm import pack_b
 from . import qkernels
-from .qgemm8 import GENERIC, int8_isa
+from .qgemm8 import BF16_GENERIC, GENERIC, bf16_isa, int8_isa
 from .symbolic import FnSizes, KType, Size, SymbolicDecision, body_block, emitting
 from .weights import WEIGHTS_ALIGN, declare_weights
 
@@ -72,12 +72,13 @@ def _inlinable(op, i: int) -> bool:
 
 class _Codegen:
     def __init__(self, module: Module, prefix: str, vector_bits: int, profile: bool = False,
-                 specialize=(), int8=None):
+                 specialize=(), int8=None, bf16=None):
         self.profile = profile
         self.specializations = [dict(s) for s in specialize]
         self.profile_ops: list = []
         self.vw = max(vector_bits // 32, 1)
         self.int8 = int8 or GENERIC
+        self.bf16 = bf16 or BF16_GENERIC
         self.fn = module.main
         self.prefix = prefix
         self.mod = ir.Module(name=prefix)
@@ -177,7 +178,7 @@ class _Codegen:
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
                           in_types=types[1:], attrs=dict(attrs), consts=consts,
                           vw=self.vw, scratch=f.args[n_args - 1], packed_b=packed, dims=dims,
-                          symbols=self.symbols, int8=self.int8)
+                          symbols=self.symbols, int8=self.int8, bf16=self.bf16)
         try:
             with emitting(FnSizes(f, dims, self.symbols)):
                 emitter(b, args)
@@ -385,12 +386,13 @@ def symbol_order(module: Module, bounds: dict) -> dict[str, int]:
 
 
 def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128,
-             profile: bool = False, specialize=(), target=None, int8=None) -> Generated:
+             profile: bool = False, specialize=(), target=None, int8=None, bf16=None) -> Generated:
     """LLVM IR text and the weights blob for a planned module.
 
     `target` (a target.Target) picks the int8 dot product (qgemm8.int8_isa: vpmaddwd on
-    x86, vpdpbusd where the features name VNNI); `int8` (a qgemm8.Int8Isa) overrides it.
-    Without either the int8 kernels use the generic form.
+    x86, vpdpbusd where the features name VNNI) and the bf16 one (qgemm8.bf16_isa:
+    vdpbf16ps where they name AVX-512-BF16); `int8` / `bf16` (qgemm8.Int8Isa) override
+    them. Without either the kernels use the generic forms.
 
     `specialize`: symbol -> value mappings (`[{"seq_len": 128}]`); for each, the forward
     is also generated with those dims fixed at compile time, and runs whose dims match
@@ -408,5 +410,6 @@ def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128
         raise BackendError("profiling a model with specialisations is not supported")
     if profile and sum(op.name not in ("cuvil.constant", "cuvil.return") for op in module.main.body.ops) > 4096:
         raise BackendError("profiling supports up to 4096 ops")
-    isa = int8 or int8_isa(target, max(vector_bits // 32, 1))
-    return _Codegen(module, prefix, vector_bits, profile, specialize, isa).generate()
+    vw = max(vector_bits // 32, 1)
+    isa = int8 or int8_isa(target, vw)
+    return _Codegen(module, prefix, vector_bits, profile, specialize, isa, bf16 or bf16_isa(target, vw)).generate()

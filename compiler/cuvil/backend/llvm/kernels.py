@@ -39,6 +39,7 @@ class KernelArgs:
     dims: ir.Value | None = None        # i64* runtime values of the symbolic dims (symbolic.py)
     symbols: dict = field(default_factory=dict)  # symbol -> index into dims
     int8: object = None                 # qgemm8.Int8Isa of the int8 kernels (None: generic)
+    bf16: object = None                 # qgemm8.Int8Isa of the bf16 kernels (None: generic)
 
 
 # -- elementwise ----------------------------------------------------------------------------
@@ -265,7 +266,7 @@ def parallel(b, k: KernelArgs, count: int, body, extras=()):
                     ins=[None if p is None else next(it) for p in k.ins], in_types=k.in_types,
                     attrs=k.attrs, consts=k.consts, vw=k.vw,
                     scratch=next(it) if k.scratch is not None else None,
-                    dims=next(it) if k.dims is not None else None, symbols=k.symbols, int8=k.int8)
+                    dims=next(it) if k.dims is not None else None, symbols=k.symbols, int8=k.int8, bf16=k.bf16)
     # Sizes used in the body materialise in the task, from its own copy of the symbols.
     body_block(tb)
     with emitting(FnSizes(task, k2.dims, k.symbols)):

@@ -1,7 +1,9 @@
-"""int8 GEMM with int32 accumulation: C = rescale(Q(A) @ W) (matmul) or rescale(W @ Q(B))
-(conv2d as GEMM), where W holds int8 weight codes (per-channel scales) and the f32
-activation operand is quantized per tensor ONCE, before the product, into a code buffer
-(q = clamp(rint(x / s) + zp, qmin, qmax), the arithmetic of ir/ops/quant.fake_quant).
+"""Narrow-type GEMM: int8 with int32 accumulation, C = rescale(Q(A) @ W) (matmul) or
+rescale(W @ Q(B)) (conv2d as GEMM), where W holds int8 weight codes (per-channel scales)
+and the f32 activation operand is quantized per tensor ONCE, before the product, into a
+code buffer (q = clamp(rint(x / s) + zp, qmin, qmax), the arithmetic of
+ir/ops/quant.fake_quant); and bfloat16 with f32 accumulation (`precision: bf16`), the
+same schedule and layouts with G = 2 and bf16 codes (below).
 
 The reduction runs over groups of G consecutive k (G = `Int8Isa.group`):
 
@@ -17,6 +19,11 @@ The reduction runs over groups of G consecutive k (G = `Int8Isa.group`):
 - G = 4 signed (`sdot`, `generic4s`): the same layouts with activation codes stored as
   i8 `q - off` (off = 128 for u8, 0 for i8 activations): four i8 x i8 products per i32
   lane (AArch64 `sdot`, the dot-product extension), the same epilogue correction.
+
+- G = 2 bfloat16 (`dpbf16ps`, `bf16`): codes are the i16 bits of bf16 values (activations
+  rounded to nearest even once, weights stored so); one step adds a pair of exact
+  bf16 x bf16 products to an f32 lane (x86 AVX-512-BF16 `vdpbf16ps`; elsewhere widened to
+  f32 in plain IR and multiplied there). The accumulators are f32 and need no rescale.
 
 K is padded with zeros to a multiple of G (weights and activations), so the padding
 adds nothing. Finished tiles are rescaled: C[., c] = f32(acc + corr * wsum[c]) *
@@ -57,7 +64,7 @@ class Int8Isa:
     "pmaddwd" (x86 SSE2/AVX2/AVX-512BW), "vpdpbusd" (x86 AVX-VNNI / AVX512-VNNI),
     "sdot" (AArch64 +dotprod: signed activation codes), "generic" (G = 2 in plain IR),
     "generic4" and "generic4s" (G = 4 in plain IR: the VNNI / sdot layouts on any
-    target, for tests)."""
+    target, for tests); for bfloat16, "dpbf16ps" (x86 AVX-512-BF16) or "bf16" (plain IR)."""
     group: int = 2
     dot: str = "generic"
 
@@ -66,8 +73,23 @@ class Int8Isa:
         """G = 4 with i8 activation codes (sdot) rather than u8 ones (vpdpbusd)."""
         return self.dot in ("sdot", "generic4s")
 
+    @property
+    def bf16(self) -> bool:
+        """bfloat16 codes and f32 accumulators (no rescale)."""
+        return self.dot in ("dpbf16ps", "bf16")
+
 
 GENERIC = Int8Isa(2, "generic")
+BF16_GENERIC = Int8Isa(2, "bf16")
+
+
+def bf16_isa(target, vw: int) -> Int8Isa:
+    """The bfloat16 dot product of target for vectors of vw f32 lanes."""
+    if target is None or target.arch != "x86_64" or not target.has_feature("avx512bf16"):
+        return BF16_GENERIC
+    if vw == 16 or (vw == 8 and target.has_feature("avx512vl")):
+        return Int8Isa(2, "dpbf16ps")
+    return BF16_GENERIC
 
 
 def int8_isa(target, vw: int) -> Int8Isa:
@@ -121,6 +143,24 @@ def int8_blob(codes_rows: np.ndarray, scale: np.ndarray, packed: bool, vw: int, 
     return np.frombuffer(head + scale.astype("<f4").tobytes() + wsum.astype("<i4").tobytes(), np.uint8)
 
 
+def bf16_blob(rows: np.ndarray, packed: bool, vw: int) -> np.ndarray:
+    """rows [C, 2K] u8 (bf16 bytes, ir/ops/quant.bf16_encode) -> the G = 2 code layout
+    above as u8: panels [Kg][NR][2] (packed, a matmul's B) or rows [C][Kg * 2] (a conv),
+    K padded with zeros to even. No scales."""
+    bits = np.ascontiguousarray(rows).view("<u2")
+    c, k = bits.shape
+    kp = -(-k // 2) * 2
+    out = np.zeros((c, kp), "<u2")
+    out[:, :k] = bits
+    if packed:
+        nr = panel_width(vw)
+        panels = -(-c // nr)
+        cols = np.zeros((panels * nr, kp), "<u2")
+        cols[:c] = out
+        out = cols.reshape(panels, nr, kp // 2, 2).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(out).view(np.uint8).reshape(-1)
+
+
 def blob_parts(b, blob, code_bytes: int, channels: int):
     """(codes i8*, wscale f32*, wsum i32*) inside a weight blob (i8*)."""
     off = _pad64(code_bytes)
@@ -167,8 +207,46 @@ def code_type(isa: Int8Isa):
     return I16 if isa.group == 2 else I8
 
 
+class _BFloat(ir.Type):
+    """LLVM's bfloat (llvmlite has no such type; only printed into the IR text)."""
+
+    def _to_string(self):
+        return "bfloat"
+
+    def __eq__(self, other):
+        return isinstance(other, _BFloat)
+
+    def __hash__(self):
+        return hash("bfloat")
+
+
+BFLOAT = _BFloat()
+
+
+def _bf16_bits(b, x, isa):
+    """f32 (scalar or vector) -> i16 bits of bfloat16, rounded to nearest even (NaN to a
+    quiet NaN): `vcvtneps2bf16` where the target has AVX-512-BF16, integer ops elsewhere."""
+    vec = isinstance(x.type, ir.VectorType)
+    n = x.type.count if vec else 1
+    if isa.dot == "dpbf16ps":
+        h = b.fptrunc(x, ir.VectorType(BFLOAT, n) if vec else BFLOAT)
+        return b.bitcast(h, ir.VectorType(I16, n) if vec else I16)
+    ity = ir.VectorType(I32, n) if vec else I32
+
+    def c(v):
+        return ir.Constant(ity, [v] * n) if vec else ir.Constant(ity, v)
+    bits = b.bitcast(x, ity)
+    lsb = b.and_(b.lshr(bits, c(16)), c(1))
+    r = b.lshr(b.add(bits, b.add(lsb, c(0x7FFF))), c(16))
+    r = b.select(b.fcmp_unordered("uno", x, x), c(0x7FC0), r)
+    return b.trunc(r, ir.VectorType(I16, n) if vec else I16)
+
+
 def _code(b, x, aq, isa):
-    """f32 -> the stored code (q - code_offset) as i16 / i8 (u8 bits unless isa.signed)."""
+    """f32 -> the stored code (q - code_offset) as i16 / i8 (u8 bits unless isa.signed);
+    bf16 bits for a bf16 isa."""
+    if isa.bf16:
+        return _bf16_bits(b, x, isa)
     q = _quantize(b, x, aq)
     off = code_offset(aq, isa)
     if off:
@@ -275,6 +353,8 @@ def _dot(b, isa, acc, act, wt, vw):
         return b.add(acc, _intrinsic(b, name, vty, [act, wt]))
     if isa.dot == "vpdpbusd":
         return _intrinsic(b, f"llvm.x86.avx512.vpdpbusd.{32 * vw}", vty, [acc, act, wt])
+    if isa.bf16:
+        return _dot_bf16(b, isa, acc, act, wt, vw)
     if isa.dot == "sdot":  # 128-bit steps: 4 i32 lanes of 4 products each
         parts = [_intrinsic(b, "llvm.aarch64.neon.sdot.v4i32.v16i8", ir.VectorType(I32, 4),
                             [_lanes(b, acc, h, 4), _lanes(b, act, 4 * h, 16), _lanes(b, wt, 4 * h, 16)])
@@ -283,6 +363,25 @@ def _dot(b, isa, acc, act, wt, vw):
     wide = ir.VectorType(I32, vw * isa.group)
     a32 = b.sext(act, wide) if isa.group == 2 or isa.signed else b.zext(act, wide)
     return b.add(acc, _lanes_sum(b, b.mul(a32, b.sext(wt, wide)), vw, isa.group))
+
+
+def _dot_bf16(b, isa, acc, act, wt, vw):
+    """acc (<vw x f32>) + per lane a0 * w0 + a1 * w1 of the bf16 pairs act / wt (<2vw x i16>)."""
+    fty = ir.VectorType(F32, vw)
+    if isa.dot == "dpbf16ps":
+        bty = ir.VectorType(BFLOAT, 2 * vw)
+        return _intrinsic(b, f"llvm.x86.avx512bf16.dpbf16ps.{32 * vw}", fty,
+                          [acc, b.bitcast(act, bty), b.bitcast(wt, bty)])
+    wide = ir.VectorType(I32, 2 * vw)
+
+    def widen(v, i):  # the i-th element of each pair, as f32 (a bf16 is the top half of an f32)
+        x = b.shl(b.zext(v, wide), ir.Constant(wide, [16] * (2 * vw)))
+        half = b.shuffle_vector(x, ir.Constant(wide, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, vw), [2 * j + i for j in range(vw)]))
+        return b.bitcast(half, fty)
+    for i in range(2):
+        acc = b.fadd(acc, b.fmul(widen(act, i), widen(wt, i), flags=("contract",)), flags=("contract",))
+    return acc
 
 
 def _group_vec(b, ptr, index, vw, isa, ty):
@@ -299,12 +398,12 @@ def _bcast(b, ptr32, index, vw, isa):
 def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, valid):
     """i32 accumulation over Kg groups (operands(kg) -> (mr activation-or-weight
     broadcasts, nv vectors, which side is the activation)), then rescale(acc, r, v) ->
-    <vw x f32> stored into C."""
-    vty = ir.VectorType(I32, vw)
+    <vw x f32> stored into C. bf16 accumulates in f32 (rescale: None)."""
+    vty = ir.VectorType(F32 if isa.bf16 else I32, vw)
     accs = [[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)]
     for row in accs:
         for a in row:
-            b.store(ir.Constant(vty, [0] * vw), a)
+            b.store(ir.Constant(vty, [0.0 if isa.bf16 else 0] * vw), a)
     with for_range(b, kg_n, name="kg") as kg:
         av, bv, act_is_a = operands(kg)
         for r in range(mr):
@@ -316,7 +415,7 @@ def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, val
     for r in range(mr):
         crow = b.add(b.add(c_row0, i64(r * ldc)), c_j0)
         for v in range(-(-(nv * vw if valid is None else valid) // vw)):
-            out = rescale(b.load(accs[r][v]), r, v)
+            out = b.load(accs[r][v]) if rescale is None else rescale(b.load(accs[r][v]), r, v)
             if v < full // vw:
                 b.store(out, _vec_ptr(b, C, b.add(crow, i64(v * vw)), fty), align=4)
             else:  # the ragged end of the last panel
@@ -330,7 +429,7 @@ def _fixed(b, acc, ws, corr, vty):
 
 
 def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, items):
-    """C = A @ W: W int8 [K, N] in panels (int8_blob, packed). Q: the codes of all of A
+    """C = A @ W: W int8 [K, N] in panels (int8_blob, packed; bf16_blob for a bf16 isa). Q: the codes of all of A
     ([M][Kg][G], emit_quantize_rows), or None: each tile quantizes its own rows of A
     (f32 [M, K], row stride lda) into a stack buffer first (a runtime M, no scratch)."""
     mr_full, nv = micro_shape(vw)
@@ -338,13 +437,15 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
     cp = -(-N // nr) * nr
     kg_n, g = groups(K, isa), isa.group
     codes, wscale, wsum = blob_parts(b, blob, kg_n * g * cp, cp)
+    if isa.bf16:  # i16 bits, no scales
+        codes = b.bitcast(blob, I16.as_pointer())
     ity, fty = ir.VectorType(I32, vw), ir.VectorType(F32, vw)
     own = Q is None
     if own:
         Q = b.bitcast(alloca_in_entry(b, ir.ArrayType(code_type(isa), mr_full * kg_n * g)),
                       code_type(isa).as_pointer())
     q32 = b.bitcast(Q, I32.as_pointer())
-    s, corr = float(np.float32(aq["scale"])), _corr(aq, isa)
+    s, corr = float(np.float32(aq.get("scale", 1.0))), _corr(aq, isa)
 
     def tile(row0, mr, p, valid):
         j0 = b.mul(p, i64(nr))
@@ -357,8 +458,9 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
 
         def operands(kg):
             brow = b.add(panel, b.mul(kg, i64(nr * g)))
-            bv = [_group_vec(b, codes, b.add(brow, i64(v * vw * g)), vw, isa, I8) for v in range(nv)]
-            if g == 2:
+            bv = [_group_vec(b, codes, b.add(brow, i64(v * vw * g)), vw, isa, I16 if isa.bf16 else I8)
+                  for v in range(nv)]
+            if g == 2 and not isa.bf16:
                 bv = [b.sext(x, ir.VectorType(I16, vw * g)) for x in bv]
             av = [_bcast(b, q32, b.add(b.add(arow, i64(r * kg_n)), kg), vw, isa) for r in range(mr)]
             return av, bv, True
@@ -368,14 +470,15 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
             ws = b.load(_vec_ptr(b, wsum, col, ity), align=4)
             sc = b.fmul(b.load(_vec_ptr(b, wscale, col, fty), align=4), ir.Constant(fty, [s] * vw))
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
-        _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, b.mul(row0, i64(ldc)), ldc, j0, valid)
+        _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C, b.mul(row0, i64(ldc)), ldc,
+              j0, valid)
         if epilogue is not None:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     _work_items(b, M, N, vw, items, tile)
 
 
 def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw, aq, isa, epilogue, items):
-    """C = W @ B: W int8 rows [rows_total][Kg * G] (int8_blob; rows from a_row_off, an
+    """C = W @ B: W int8 rows [rows_total][Kg * G] (int8_blob or bf16_blob; rows from a_row_off, an
     i64), B the activation codes in panels ([Kg][AP][G] per panel, emit_quantize_panel;
     Sq: i8*, panel stride K * AP * 4 bytes)."""
     mr_full, nv = micro_shape(vw)
@@ -385,8 +488,8 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
     ity, fty = ir.VectorType(I32, vw), ir.VectorType(F32, vw)
     ct = code_type(isa)
     S = b.bitcast(Sq, ct.as_pointer())
-    s, corr = float(np.float32(aq["scale"])), _corr(aq, isa)
-    if g == 2:  # the tile's weight rows, widened to i16 pairs
+    s, corr = float(np.float32(aq.get("scale", 1.0))), _corr(aq, isa)
+    if g == 2 and not isa.bf16:  # the tile's weight rows, widened to i16 pairs
         wide = b.bitcast(alloca_in_entry(b, ir.ArrayType(I16, mr_full * kg_n * g)), I16.as_pointer())
         w32 = b.bitcast(wide, I32.as_pointer())
     else:
@@ -395,7 +498,7 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
     def tile(row0, mr, p, valid):
         rows = b.add(a_row_off, row0)
         panel = b.mul(p, i64(K * nr * 4 // (ct.width // 8)))  # K * AP * 4 bytes, in codes
-        if g == 2:
+        if g == 2 and not isa.bf16:
             src0 = b.mul(rows, i64(kg_n * g))
             with for_range(b, mr * kg_n * g, name="wx") as e:
                 w = b.load(b.gep(codes, [b.add(src0, e)], inbounds=True))
@@ -415,7 +518,8 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
             ws = _splat(b, b.load(b.gep(wsum, [row], inbounds=True)), ity)
             sc = _splat(b, b.fmul(b.load(b.gep(wscale, [row], inbounds=True)), ir.Constant(F32, s)), fty)
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
-        _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, b.add(c_off, b.mul(row0, i64(ldc))), ldc,
+        _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C,
+              b.add(c_off, b.mul(row0, i64(ldc))), ldc,
               b.mul(p, i64(nr)), valid)
         if epilogue is not None:
             epilogue(b, row0, mr, b.mul(p, i64(nr)), nr if valid is None else valid)

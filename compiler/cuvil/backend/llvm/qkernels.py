@@ -7,6 +7,9 @@ int8_channel (with the op's `act_quant`): integer GEMM (qgemm8.py); blob: qgemm8
 in the layout of the kernel's `Int8Isa` (KernelArgs.int8). The activations are quantized
 once per call: a matmul's A into scratch (`int8_scratch_bytes`; per tile where M is a
 runtime size), a conv's im2col panels in place after packing.
+bf16 (with `act_quant = {dtype: bf16}`, `precision: bf16`): the same GEMMs with bfloat16
+codes and f32 accumulation, in the kernel's bf16 isa (KernelArgs.bf16); blob:
+qgemm8.bf16_blob.
 """
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from .gemm import packed_work_items, panel_width, row_groups
 from .kernels import KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, parallel
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
-from .qgemm8 import (GENERIC, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel, emit_quantize_rows,
-                     groups, int8_blob)
+from .qgemm8 import (BF16_GENERIC, GENERIC, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel,
+                     emit_quantize_rows, groups, int8_blob)
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
 
@@ -35,11 +38,15 @@ def quantized_weight(op) -> str | None:
 QROWS = 16  # rows of A per task of the matmul's quantization pass
 
 
+# schemes whose kernels need the op's act_quant (the activations are converted too)
+ACT_SCHEMES = ("int8_channel", "bf16")
+
+
 def int8_scratch_bytes(op) -> int:
-    """Scratch of an int8 matmul: its A's codes, [M][Kg][G] (at most 2 bytes a code, K
-    padded to a multiple of 4); 0 where M is a runtime size (the tiles quantize their
-    own rows then)."""
-    if op.name != "cuvil.matmul" or not op.attrs.get("act_quant") or quantized_weight(op) != "int8_channel":
+    """Scratch of an int8 (or bf16) matmul: its A's codes, [M][Kg][G] (at most 2 bytes a
+    code, K padded to a multiple of 4); 0 where M is a runtime size (the tiles quantize
+    their own rows then)."""
+    if op.name != "cuvil.matmul" or not op.attrs.get("act_quant") or quantized_weight(op) not in ACT_SCHEMES:
         return 0
     shape = op.operands[0].type.shape
     if not all(isinstance(d, int) for d in shape):
@@ -65,15 +72,26 @@ def quantized_blob(dq, vw: int, isa=GENERIC):
                                                           u.result.type, u.attrs)[1]:
             raise BackendError(f"a quantized conv2d weight of shape {list(u.operands[1].shape)} needs a GEMM-shaped conv"
                                + (f" ({u.loc})" if u.loc else ""))
-        if (dq.attrs["scheme"] == "int8_channel") != bool(u.attrs.get("act_quant")):
-            raise BackendError(f"{u.name}: int8 weights need act_quant (and int4 ones none)"
-                               + (f" ({u.loc})" if u.loc else ""))
+        aq = u.attrs.get("act_quant")
+        if (dq.attrs["scheme"] in ACT_SCHEMES) != bool(aq) or \
+                (dq.attrs["scheme"] == "bf16") != (bool(aq) and aq["dtype"] == "bf16"):
+            raise BackendError(f"{u.name}: int8 weights need an int8 act_quant, bf16 ones a bf16 one, "
+                               f"int4 ones none" + (f" ({u.loc})" if u.loc else ""))
         kinds.add(u.name)
+    if dq.attrs["scheme"] == "bf16":
+        return bf16_blob(q.value, kinds == {"cuvil.matmul"}, vw)
     if dq.attrs["scheme"] == "int8_channel":
         return int8_blob(q.value, scale.value, kinds == {"cuvil.matmul"}, vw, isa)
     if kinds == {"cuvil.matmul"}:
         return pack_q4_panels(q.value, vw)
     return q.value
+
+
+def _isa(k: KernelArgs, aq):
+    """The dot product of this kernel's integer / bf16 GEMM."""
+    if aq and aq["dtype"] == "bf16":
+        return k.bf16 or BF16_GENERIC
+    return k.int8 or GENERIC
 
 
 def k_matmul_q4(b, k: KernelArgs):
@@ -86,7 +104,7 @@ def k_matmul_q4(b, k: KernelArgs):
         raise BackendError("matmul epilogue cannot be applied per tile")
 
     aq = k.attrs.get("act_quant")
-    isa = k.int8 or GENERIC
+    isa = _isa(k, aq)
     whole = bool(aq) and isinstance(rows, int) and isinstance(kk, int)  # int8_scratch_bytes reserved it
     if whole:  # quantize A once, QROWS rows a task
         kp = groups(kk, isa) * isa.group
@@ -126,7 +144,7 @@ def k_conv2d_q4(b, k: KernelArgs):
     epi_all = _row_epilogue(k, 2, 2)
     tile_epilogue = epi_all is not None and epi_all.supports_cols
     aq = k.attrs.get("act_quant")
-    isa = k.int8 or GENERIC
+    isa = _isa(k, aq)
     with for_range(b, n * g, name="ng") as ng:
         ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))

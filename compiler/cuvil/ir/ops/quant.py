@@ -16,10 +16,16 @@ others round to nearest. q is laid out [rows, blocks, 18].
 scheme "int8_channel": operands (q i8 [rows, L], scale f32 [rows]), symmetric per
 output channel: the weight is q * scale (q in -127..127, scale = max |w| / 127).
 
+scheme "bf16": operand q u8 [rows, 2 * L], each row the L weights as little-endian
+bfloat16 (the top 16 bits of the f32, rounded to nearest even; `bf16_encode`). The
+`precision: bf16` mode uses it with `act_quant = {dtype: bf16}` on the consumer.
+
 Activations (`act_quant`, an attribute of conv2d / matmul): the op's operand 0 is
 quantized per tensor before the product, {scale, zero_point, dtype}: q = clip(rint(x *
 (1/scale)) + zero_point) to u8 (0..255, asymmetric) or i8 (-127..127, symmetric,
-zero_point 0), and the product sees (q - zero_point) * scale (`fake_quant`). Optional
+zero_point 0), and the product sees (q - zero_point) * scale (`fake_quant`); or
+{dtype: bf16}: x rounded to bfloat16 (nearest even), the product then exact in f32
+and summed in f32 (`precision: bf16`, the AVX-512-BF16 `vdpbf16ps` arithmetic). Optional
 `qmin` / `qmax` narrow or widen the code range within the dtype (a pre-quantized graph's
 own range, e.g. i8 -128..127 with a zero point); `act_bounds` reads them. The backend
 computes exactly that in integers (int32 accumulation) and rescales.
@@ -37,7 +43,7 @@ from ..types import TensorType
 
 QK = 32                 # elements per int4 block
 Q4_BLOCK_BYTES = 2 + QK // 2
-SCHEMES = ("int4_block", "int8_channel")
+SCHEMES = ("int4_block", "int8_channel", "bf16")
 ACT_RANGES = {"u8": (0, 255), "i8": (-127, 127)}
 
 
@@ -81,6 +87,26 @@ def q4_decode(q: np.ndarray, length: int) -> np.ndarray:
     return x.reshape(q.shape[0], -1)[:, :length]
 
 
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """f32 values rounded to the nearest bfloat16 (ties to even), as f32; NaN stays NaN."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    out = bits.astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), np.float32(np.nan), out)
+
+
+def bf16_encode(rows: np.ndarray) -> np.ndarray:
+    """[R, L] f32 -> [R, 2L] u8: each value as little-endian bfloat16 (nearest even)."""
+    top = (bf16_round(rows).view(np.uint32) >> 16).astype("<u2")
+    return np.ascontiguousarray(top).view(np.uint8).reshape(rows.shape[0], -1)
+
+
+def bf16_decode(q: np.ndarray) -> np.ndarray:
+    """[R, 2L] u8 -> [R, L] f32 (exact)."""
+    top = np.ascontiguousarray(q).view("<u2").astype(np.uint32)
+    return (top << 16).view(np.float32)
+
+
 def act_bounds(aq: dict) -> tuple[int, int]:
     """The code range (qmin, qmax) of the activation quantization aq."""
     lo, hi = ACT_RANGES[aq["dtype"]]
@@ -89,6 +115,8 @@ def act_bounds(aq: dict) -> tuple[int, int]:
 
 def fake_quant(x: np.ndarray, aq: dict) -> np.ndarray:
     """x quantized per tensor as `act_quant` aq says, and mapped back to f32."""
+    if aq["dtype"] == "bf16":
+        return bf16_round(x.astype(np.float32))
     lo, hi = act_bounds(aq)
     inv = np.float32(1.0 / aq["scale"])
     q = np.clip(np.rint(x.astype(np.float32) * inv) + np.float32(aq["zero_point"]), lo, hi)
@@ -97,7 +125,7 @@ def fake_quant(x: np.ndarray, aq: dict) -> np.ndarray:
 
 class Dequantize(Op):
     """attrs: scheme (SCHEMES), shape (the f32 weight's shape), out_axis. Operands: the
-    u8 int4 blocks, or the i8 codes and the f32 per-channel scales."""
+    u8 int4 blocks, the i8 codes and the f32 per-channel scales, or the u8 bf16 bytes."""
 
     name = "cuvil.dequantize"
 
@@ -112,6 +140,8 @@ class Dequantize(Op):
         length = int(np.prod(shape)) // rows
         if scheme == "int4_block":
             want, operands = [((rows, q4_blocks(length), Q4_BLOCK_BYTES), "u8")], 1
+        elif scheme == "bf16":
+            want, operands = [((rows, 2 * length), "u8")], 1
         else:
             want, operands = [((rows, length), "i8"), ((rows,), "f32")], 2
         got = [(tuple(t.shape), t.dtype) for t in types]
@@ -126,6 +156,8 @@ class Dequantize(Op):
         length = int(np.prod(shape)) // shape[axis]
         if attrs["scheme"] == "int8_channel":
             rows = args[0].astype(np.float32) * args[1][:, None]
+        elif attrs["scheme"] == "bf16":
+            rows = bf16_decode(args[0])
         else:
             rows = q4_decode(args[0], length)
         return [from_rows(rows, shape, axis)]

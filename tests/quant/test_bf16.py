@@ -1,0 +1,139 @@
+"""precision: bf16 — conv2d / matmul in bfloat16 with f32 accumulation (quantize_bf16.py,
+the bf16 forms of qgemm8.py).
+
+The kernels are checked against the NumPy interpreter on the same IR (inputs rounded
+to bf16 there too, products exact, so only the f32 summation order differs: 1e-5),
+with every dot product this host can run (`vdpbf16ps` needs AVX-512-BF16; the generic
+form runs anywhere), and against torch's fp32 within bf16's own error. Which targets get
+`vdpbf16ps` is checked by cross-compiling."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import cuvil
+from cuvil.api import _to_ir
+from cuvil.backend.llvm.codegen import generate
+from cuvil.backend.llvm.qgemm8 import BF16_GENERIC, Int8Isa, bf16_isa
+from cuvil.backend.llvm.target import Target, compile_to_asm, host_target
+from cuvil.errors import CuvilError
+from cuvil.ir import interpreter
+from cuvil.ir.ops.quant import bf16_decode, bf16_encode, bf16_round
+from cuvil.passes.quantize_weights import weight_bytes
+from tests.quant.helpers import quantized, run_native
+from tests.quant.test_int8_kernels import _Convs, _Linears
+
+HOST = host_target()
+HOST_BF16 = HOST.has_feature("avx512bf16") and HOST.has_feature("avx512vl")
+DPBF16 = Int8Isa(2, "dpbf16ps")
+ISAS = [BF16_GENERIC, DPBF16]
+# bf16 keeps 8 significant bits: one rounding of each operand is ~2^-9 relative; over
+# the sums of these small models the max error against fp32 stays below this
+BF16_REL_TOL = 2e-2
+
+
+def _bf16_module(model, x):
+    module = quantized(_to_ir(model, (x,)), "none", precision="bf16")
+    ops = [op for op in module.main.body.ops if op.attrs.get("act_quant")]
+    assert ops and all(op.attrs["act_quant"] == {"dtype": "bf16"} for op in ops)
+    return module
+
+
+def _rel(got, ref):
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def _check(model, x, vector_bits, isa):
+    if isa.dot == "dpbf16ps" and not HOST_BF16:
+        pytest.skip("this CPU has no AVX-512-BF16")
+    module = _bf16_module(model, x)
+    ref = interpreter.run(module, [x.numpy()])[0]
+    got = run_native(module, [x.numpy()], vector_bits, bf16=isa)[0]
+    assert got.shape == ref.shape
+    assert _rel(got, ref) <= 1e-5, _rel(got, ref)      # the same bf16 products, summed in f32
+    fp32 = model(x).detach().numpy()
+    assert 1e-6 < _rel(got, fp32) <= BF16_REL_TOL      # bf16, not fp32, and not far from it
+
+
+def test_bf16_rounding_matches_torch():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(10000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 10000),
+                        np.array([0.0, -0.0, np.inf, -np.inf, 3.4e38, 1e-40, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8],
+                                 np.float32)])
+    want = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(bf16_round(x), want)   # ties to even, overflow to inf, subnormals kept
+    assert np.isnan(bf16_round(np.array([np.nan], np.float32)))[0]
+    rows = x[:10000].reshape(100, 100)
+    np.testing.assert_array_equal(bf16_decode(bf16_encode(rows)), want[:10000].reshape(100, 100))
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
+def test_bf16_matmul_matches_the_interpreter(isa, vector_bits):
+    x = torch.randn(7, 130, generator=torch.Generator().manual_seed(1))
+    _check(_Linears().eval(), x, vector_bits, isa)
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
+def test_bf16_conv_matches_the_interpreter(isa, vector_bits):
+    x = torch.randn(2, 3, 13, 13, generator=torch.Generator().manual_seed(2))
+    _check(_Convs().eval(), x, vector_bits, isa)
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
+def test_bf16_conv_packing_each_panel_before_its_gemm_matches_the_interpreter(isa):
+    """>= 16 panels: each work item packs, converts and multiplies its own panel."""
+    x = torch.randn(1, 3, 40, 40, generator=torch.Generator().manual_seed(3))
+    _check(_Convs().eval(), x, 512, isa)
+
+
+def test_bf16_rewrite_halves_the_weights_and_leaves_the_rest_f32():
+    model = _Convs().eval()
+    x = torch.randn(1, 3, 13, 13)
+    fp32 = weight_bytes(quantized(_to_ir(model, (x,)), "none"))
+    module = _bf16_module(model, x)
+    assert 0.5 <= weight_bytes(module) / fp32 < 0.52   # bf16 weights, f32 biases
+    assert module.main.attrs["precision"] == {"bf16_ops": 5}
+    dw = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, groups=8), torch.nn.Conv2d(8, 16, 1)).eval()
+    module = quantized(_to_ir(dw, (torch.randn(1, 8, 6, 6),)), "none", precision="bf16")
+    kinds = [bool(op.attrs.get("act_quant")) for op in module.main.body.ops if op.name == "cuvil.conv2d"]
+    assert kinds == [False, True]   # the depthwise conv stays f32
+
+
+def test_bf16_errors():
+    model, x = _Linears().eval(), torch.randn(7, 130)
+    with pytest.raises(CuvilError, match="does not combine with quantization 'fp16'"):
+        cuvil.compile(model, (x,), quantization="fp16", precision="bf16")
+    with pytest.raises(CuvilError, match="precision 'f16' is not supported"):
+        cuvil.compile(model, (x,), precision="f16")
+
+
+def test_bf16_shared_library_matches_jit_and_threads():
+    model, x = _Linears().eval(), torch.randn(31, 130, generator=torch.Generator().manual_seed(4))
+    one = cuvil.compile(model, (x,), precision="bf16")(x.numpy())[0]
+    two = cuvil.compile(model, (x,), precision="bf16", threads=2)(x.numpy())[0]
+    np.testing.assert_array_equal(one, two)
+    assert _rel(one, model(x).detach().numpy()) <= BF16_REL_TOL
+
+
+def test_the_bf16_dot_product_per_target():
+    v512 = Target("x86_64-unknown-linux-gnu", "sapphirerapids",
+                  "+avx2,+fma,+avx512f,+avx512bw,+avx512vl,+avx512bf16,-prefer-256-bit")
+    plain = Target("x86_64-unknown-linux-gnu", "skylake-avx512", "+avx2,+fma,+avx512f,+avx512bw,+avx512vl")
+    assert bf16_isa(v512, 16) == DPBF16 and bf16_isa(v512, 8) == DPBF16
+    assert bf16_isa(plain, 16) == BF16_GENERIC and bf16_isa(None, 8) == BF16_GENERIC
+    assert bf16_isa(Target.from_triple("aarch64-unknown-linux-gnu"), 4) == BF16_GENERIC
+
+
+@pytest.mark.parametrize("features, want", [
+    ("+avx2,+fma,+avx512f,+avx512bw,+avx512vl,+avx512bf16,-prefer-256-bit", True),
+    ("+avx2,+fma,+avx512f,+avx512bw,+avx512vl,-prefer-256-bit", False)])
+def test_cross_compiled_bf16_kernels_use_vdpbf16ps_where_the_target_has_it(features, want):
+    x = torch.randn(7, 130)
+    module = _bf16_module(_Linears().eval(), x)
+    target = Target("x86_64-unknown-linux-gnu", "sapphirerapids" if want else "skylake-avx512", features)
+    asm = compile_to_asm(generate(module, "bx", target.vector_bits, target=target).llvm_ir, target)
+    assert any("vdpbf16ps" in line and "zmm" in line for line in asm.splitlines()) == want
+    assert ("vcvtneps2bf16" in asm) == want
