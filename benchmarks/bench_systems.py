@@ -28,6 +28,7 @@ ROOT = BENCH_DIR.parent
 # (id, label): the order of the rows in every table.
 SYSTEMS = [
     ("cuvil", "Cuvil fp32"),
+    ("cuvil-bf16", "Cuvil bf16"),
     ("torch", "torch eager"),
     ("ort", "ORT fp32"),
     ("ov-f32", "OpenVINO fp32"),
@@ -75,14 +76,15 @@ def keep_shared_library(dest: Path):
 
 
 class CuvilRunner:
-    id = "cuvil"
+    """`cuvil.compile` in fp32 (id "cuvil") or with precision bf16 ("cuvil-bf16")."""
 
-    def __init__(self, module, inputs, lib_path: Path):
+    def __init__(self, module, inputs, lib_path: Path, precision: str = "f32"):
         import ctypes
 
         import cuvil
+        self.id = "cuvil" if precision == "f32" else f"cuvil-{precision}"
         with keep_shared_library(lib_path) as kept:
-            self.model = cuvil.compile(module, inputs, threads=1)
+            self.model = cuvil.compile(module, inputs, threads=1, precision=precision)
         self.library = kept.get("path")
         self.prefix = kept.get("prefix")
         self.arrays = [np.ascontiguousarray(t.detach().numpy()) for t in inputs]
@@ -291,7 +293,7 @@ def cold_command(system: str, *, key: str, quick: bool, threads: int, names, npy
                  onnx: Path | None, weights: Path | None, library: Path | None, prefix: str | None,
                  cuvil_run: Path | None) -> list[str]:
     npys = [str(p) for p in npys]
-    if system == "cuvil":
+    if system in ("cuvil", "cuvil-bf16"):
         if library is None or cuvil_run is None:
             raise Skip("no shared library or driver")
         return [str(cuvil_run), str(library), prefix or "cuvil_model", str(threads), *map(str, bins)]
@@ -309,7 +311,7 @@ def cold_command(system: str, *, key: str, quick: bool, threads: int, names, npy
 def artifact_files(system: str, *, onnx: Path | None, weights: Path | None, library: Path | None) -> list[Path]:
     """What each system ships: Cuvil the shared library alone; ORT/OpenVINO the .onnx
     (and its external data file, if the exporter wrote one); torch the state dict."""
-    if system == "cuvil":
+    if system in ("cuvil", "cuvil-bf16"):
         return [library] if library else []
     if system == "torch":
         return [weights] if weights else []

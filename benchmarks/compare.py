@@ -13,7 +13,8 @@ the artifact and runs once, and the artifact's size. Then GEMM GFLOP/s: Cuvil (a
 nn.Linear without bias) vs numpy vs the measured FMA peak of the same thread count.
 
 Systems: Cuvil (`cuvil.compile`: the shared library that `cuvil link --kind shared`
-makes, called through its C API), torch eager, ONNX Runtime fp32 (CPU provider, intra-op
+makes, called through its C API), Cuvil bf16 (the same with `precision="bf16"`; its
+ratio is against OpenVINO default, the other reduced-precision system), torch eager, ONNX Runtime fp32 (CPU provider, intra-op
 threads = N, inter-op 1), OpenVINO with INFERENCE_PRECISION_HINT=f32 (the fp32 peer) and
 OpenVINO default (bf16 where the CPU has AMX). The ONNX file comes from
 `torch.onnx.export(..., dynamo=True)` at opset 20, cached under the output directory.
@@ -222,6 +223,12 @@ def setup_model(key: str, args, tools: dict) -> tuple[dict, list, dict]:
     if cuvil_runner is not None:
         ctx["library"], ctx["prefix"] = cuvil_runner.library, cuvil_runner.prefix
         cuvil_runner.info["compile_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    bf16_runner = add("cuvil-bf16", lambda: bs.CuvilRunner(module, inputs, lib_dir / f"lib{tag}-bf16.so", "bf16"))
+    ctx["library_bf16"], ctx["prefix_bf16"] = None, None
+    if bf16_runner is not None:
+        ctx["library_bf16"], ctx["prefix_bf16"] = bf16_runner.library, bf16_runner.prefix
+        bf16_runner.info["compile_s"] = time.perf_counter() - t0
     add("torch", lambda: bs.TorchRunner(module, inputs))
     if {"ort", "ov-f32", "ov-default"} & set(args.systems):
         onnx = args.out_dir / "onnx" / f"{tag}-{spec.cache_key(args.quick, torch.__version__, str(bs.OPSET))}.onnx"
@@ -323,7 +330,11 @@ def run_model(key: str, args, tools: dict, results: dict) -> None:
                    "system": system, "label": bs.LABELS[system]}
             if system in rows:
                 row.update(rows[system])
-                if cuvil is not None and system != "cuvil":
+                if system == "cuvil-bf16":  # the reduced-precision peer
+                    if "ov-default" in rows:
+                        row["cuvil_over_system"] = row["median_ms"] / rows["ov-default"]["median_ms"]
+                        row["ratio_against"] = "ov-default"
+                elif cuvil is not None and system != "cuvil":
                     row["cuvil_over_system"] = cuvil["median_ms"] / row["median_ms"]
             else:
                 row.update(status="skipped", reason=block_skips.get(system, "not run"))
@@ -349,8 +360,10 @@ def cold_starts(key: str, ctx: dict, args, tools: dict, skipped: dict, results: 
         try:
             cmds[system] = bs.cold_command(
                 system, key=key, quick=args.quick, threads=threads, names=ctx["names"], npys=ctx["npys"],
-                bins=ctx["bins"], onnx=ctx["onnx"], weights=ctx["weights"], library=ctx["library"],
-                prefix=ctx["prefix"], cuvil_run=tools.get("cuvil_run"))
+                bins=ctx["bins"], onnx=ctx["onnx"], weights=ctx["weights"],
+                library=ctx["library_bf16"] if system == "cuvil-bf16" else ctx["library"],
+                prefix=ctx["prefix_bf16"] if system == "cuvil-bf16" else ctx["prefix"],
+                cuvil_run=tools.get("cuvil_run"))
         except bs.Skip as exc:
             rows[system].update(status="skipped", reason=str(exc))
     print(f"  cold start: {args.cold_runs} fresh process(es) per system at {threads} thread(s)"
@@ -377,7 +390,8 @@ def cold_starts(key: str, ctx: dict, args, tools: dict, skipped: dict, results: 
                 rows[system].update(status="failed", reason=bs.short(exc))
                 del cmds[system]
     for system, row in rows.items():
-        files = bs.artifact_files(system, onnx=ctx["onnx"], weights=ctx["weights"], library=ctx["library"])
+        files = bs.artifact_files(system, onnx=ctx["onnx"], weights=ctx["weights"],
+                                  library=ctx["library_bf16"] if system == "cuvil-bf16" else ctx["library"])
         if files and all(f.is_file() for f in files):
             row["artifact_bytes"] = sum(f.stat().st_size for f in files)
             row["artifact_files"] = [f.name for f in files]
@@ -476,7 +490,8 @@ def run_gemm(args, tools: dict, results: dict) -> None:
 def print_report(results: dict, args) -> None:
     s = results["settings"]
     print(f"\n== Latency, batch 1: median ms of {s['reps']} interleaved reps; "
-          f"(x) = Cuvil / system, < 1 means Cuvil is faster ==")
+          f"(x) = Cuvil fp32 / system (Cuvil bf16 / OpenVINO default on the bf16 row), "
+          f"< 1 means Cuvil is faster ==")
     head = f"{'model':<14} {'system':<17}" + "".join(f" {f'{t} thread' + ('s' if t > 1 else ''):>18}"
                                                     for t in s["threads"]) + "  max|err| vs torch"
     print(head)
@@ -566,7 +581,7 @@ def write_chart(results: dict, path: Path) -> str | None:
     s = results["settings"]
     panels = list(s["models"]) + (["gemm"] if results["gemm"] else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
-    colors = dict(zip([k for k, _ in bs.SYSTEMS], ["#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#98df8a"]))
+    colors = dict(zip([k for k, _ in bs.SYSTEMS], ["#d62728", "#ff9896", "#7f7f7f", "#1f77b4", "#2ca02c", "#98df8a"]))
     for ax, panel in zip(axes[0], panels):
         if panel == "gemm":
             shapes = list(dict.fromkeys((r["m"], r["k"], r["n"]) for r in results["gemm"]))

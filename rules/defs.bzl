@@ -2,7 +2,8 @@
 
     load("@cuvil//rules:defs.bzl", "cuvil_model", "cuvil_binary")
 
-    cuvil_model(name, model, config, quantization = None, plugins = [], data = [], calibration = [], ...)
+    cuvil_model(name, model, config, quantization = None, plugins = [], data = [], calibration = [],
+                precision = None, ...)
         a cc_library of the compiled model (+ `<name>_main`, `<name>_capture`,
         `<name>_compile`, ...; see its docstring)
     cuvil_binary(name, model, platform = None, quantization = None, ...)
@@ -13,12 +14,14 @@
 
 Providers: CuvilModelInfo (the compile stage's files and target), CuvilCaptureInfo
 (the .cvir), CuvilToolchainInfo (triple, cpu, features, linker).
-Build setting: --@cuvil//cuvil:quantization=none|fp16|int8_sym|int4_block.
+Build settings: --@cuvil//cuvil:quantization=none|fp16|int8_sym|int4_block,
+--@cuvil//cuvil:precision=f32|bf16.
 """
 
 load("//rules/private:binary.bzl", _cuvil_binary = "cuvil_binary", _cuvil_platform_binary = "cuvil_platform_binary")
 load(
     "//rules/private:model.bzl",
+    _PRECISIONS = "PRECISIONS",
     _QUANTIZATIONS = "QUANTIZATIONS",
     _cuvil_capture = "cuvil_capture",
     _cuvil_compile = "cuvil_compile",
@@ -46,3 +49,4 @@ CuvilCaptureInfo = _CuvilCaptureInfo
 CuvilToolchainInfo = _CuvilToolchainInfo
 
 QUANTIZATIONS = _QUANTIZATIONS
+PRECISIONS = _PRECISIONS

@@ -378,6 +378,7 @@ def compile_options(cfg: Config) -> dict:
                    "features": target.get("features", "")},
         "quantization": quantization_options(cfg)[0],
         "quantization_options": quantization_options(cfg)[1],
+        "precision": d.get("precision", "f32"),
         "threads": (d.get("optimize") or {}).get("threads", 1),
         "fuse": (d.get("optimize") or {}).get("fuse", True),
         "specialize": d.get("specialize") or [],
@@ -476,7 +477,8 @@ def optimised_module(cvir: Path, opts: dict, report: bool = False):
     if report and q == "int8_sym" and not qat:
         qopts["report"] = True
     passes = default_pipeline(memory_plan={"scratch": scratch_bytes},
-                              quantize_weights={"method": "none" if qat else q, **({} if qat else qopts)},
+                              quantize_weights={"method": "none" if qat else q, **({} if qat else qopts),
+                                                "precision": opts.get("precision", "f32")},
                               fold_fake_quant={"required": qat, "activation": qopts.get("activation", "") if qat else ""},
                               **({} if opts.get("fuse", True) else {"fuse_epilogues": False}))
     run_pipeline(module, passes)
@@ -505,6 +507,8 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     manifest = make_manifest(gen, target, opts["threads"], opts["preprocess"], opts["postprocess"])
     manifest["quantization"] = {"method": q, "weight_bytes_fp32": weights_before, "weight_bytes": weight_bytes(module),
                                 **_int8_report(module.main.attrs.get("quantization"))}
+    manifest["precision"] = {"compute": opts.get("precision", "f32"),
+                             **(module.main.attrs.get("precision") or {})}
     manifest["plugins"] = {"postprocess": plugins["postprocess"], "custom_ops": used}
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / f"{name}.o", compile_to_object(gen.llvm_ir + signature_ir(name, target.triple), target))
@@ -653,7 +657,12 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
                 raise cfg.error(["inputs", images[0], "preprocess"], str(e)) from None
     cvir = cached_capture(cfg, cache)
     compiled = cached_compile(cvir, opts, cache)
-    q = json.loads(next(compiled.glob("*.json")).read_text()).get("quantization") or {}
+    manifest = json.loads(next(compiled.glob("*.json")).read_text())
+    q = manifest.get("quantization") or {}
+    prec = manifest.get("precision") or {}
+    if prec.get("compute") == "bf16":
+        log(f"[compile] precision bf16: {prec.get('bf16_ops', 0)} conv2d/matmul ops in bfloat16; weights "
+            f"{q['weight_bytes_fp32']} bytes (fp32) -> {q['weight_bytes']} bytes")
     if q.get("method", "none") != "none":
         log(f"[compile] weights {q['weight_bytes_fp32']} bytes (fp32) -> {q['weight_bytes']} bytes ({q['method']})")
         if "int8_ops" in q:

@@ -74,6 +74,8 @@ def _cmd_compile(args) -> int:
         opts["target"]["features"] = args.features
     if args.quantization:
         opts["quantization"] = args.quantization
+    if args.precision:
+        opts["precision"] = args.precision
     if args.calibration:
         from .quant_config import with_calibration_files
         opts = with_calibration_files(opts, args.calibration)
@@ -208,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cpu", help="LLVM CPU name for the target (default: the arch's baseline)")
     s.add_argument("--features", help="LLVM feature string, e.g. +avx2,+fma")
     s.add_argument("--quantization", help="overrides quantization.method")
+    s.add_argument("--precision", choices=["f32", "bf16"], help="overrides precision")
     s.add_argument("--calibration", action="append", metavar="FILE",
                    help="a calibration input (.npy, .npz or image; repeat for each) instead of "
                         "quantization.calibration.files")

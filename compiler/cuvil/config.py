@@ -136,6 +136,8 @@ SCHEMA = {
                                                               "maximum": 100}}},
             },
         },
+        # bf16: conv2d / matmul in bfloat16 with f32 accumulation (AVX-512-BF16 where the target has it)
+        "precision": {"enum": ["f32", "bf16"]},
         "plugin": {
             "type": "object", "additionalProperties": False,
             "properties": {
@@ -462,6 +464,10 @@ def _check_files(cfg: Config) -> None:
     from .quant_config import quantization_options
     _check_plugins(cfg)
     quantization_options(cfg)  # method / weight / activation agree; calibration files exist
+    method = quantization_options(cfg)[0]
+    if cfg.data.get("precision", "f32") == "bf16" and method != "none":
+        raise cfg.error(["precision"], f"precision bf16 computes in bfloat16 with its own bf16 weights; it does "
+                        f"not combine with quantization method {method!r} (use one or the other)")
     m = cfg.data["model"]
     _check_model_source(cfg, m)
     if "source" in m and not cfg.resolve(m["source"]).is_file():

@@ -35,6 +35,7 @@ def _parse(argv):
     p.add_argument("--cpu", required=True)
     p.add_argument("--features", required=True)
     p.add_argument("--quantization", required=True)
+    p.add_argument("--precision", default="f32", help="cuvil compile --precision")
     p.add_argument("--calibration", action="append", default=[], help="cuvil compile --calibration (repeated)")
     p.add_argument("--llvm-triple", required=True, help="the triple the objects must have")
     for out in ("header", "object", "weights", "manifest", "api-glue", "app-glue"):
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
         with contextlib.redirect_stdout(io.StringIO()):  # its "wrote ..." names the scratch dir
             rc = cli.main(["compile", args.bundle, "--config", args.config, "--output-dir", scratch,
                            "--target", args.target, "--cpu", args.cpu, "--features", args.features,
-                           "--quantization", args.quantization]
+                           "--quantization", args.quantization, "--precision", args.precision]
                           + [a for f in args.calibration for a in ("--calibration", f)])
         if rc:
             return rc

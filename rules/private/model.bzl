@@ -9,6 +9,7 @@ load(":python.bzl", "PYTHON_ATTRS", "python_runner")
 load(":toolchain_types.bzl", "CUVIL_TOOLCHAIN_TYPE", "PYTHON_TOOLCHAIN_TYPE")
 
 QUANTIZATIONS = ["none", "fp16", "int8_sym", "int4_block"]
+PRECISIONS = ["f32", "bf16"]
 
 # The configuration the capture stage is built in: one for every target platform and
 # quantization, so a model is captured once per build. Current Bazel names exec
@@ -87,10 +88,18 @@ def effective_quantization(ctx):
         fail("quantization '%s' is not a Cuvil quantization method (methods: %s)" % (q, ", ".join(QUANTIZATIONS)))
     return q
 
+def effective_precision(ctx):
+    """The attribute if set, else --//cuvil:precision."""
+    p = ctx.attr.precision or ctx.attr._precision_flag[BuildSettingInfo].value
+    if p not in PRECISIONS:
+        fail("precision '%s' is not a Cuvil precision (precisions: %s)" % (p, ", ".join(PRECISIONS)))
+    return p
+
 def _cuvil_compile_impl(ctx):
     tc = ctx.toolchains[CUVIL_TOOLCHAIN_TYPE].cuvil
     capture = ctx.attr.capture[CuvilCaptureInfo]
     quantization = effective_quantization(ctx)
+    precision = effective_precision(ctx)
     base = ctx.attr.model_name or ctx.label.name
     header = ctx.actions.declare_file(base + ".h")
     obj = ctx.actions.declare_file(base + ".o")
@@ -109,6 +118,7 @@ def _cuvil_compile_impl(ctx):
     args.add("--cpu", tc.cpu)
     args.add("--features", tc.features)
     args.add("--quantization", quantization)
+    args.add("--precision", precision)
 
     # Calibration inputs are inputs of the action only where the method reads them, so
     # editing them does not recompile the fp32 or fp16 model.
@@ -132,11 +142,12 @@ def _cuvil_compile_impl(ctx):
         outputs = [header, obj, weights, manifest, api_glue, app_glue],
         env = py.env,
         mnemonic = "CuvilCompile",
-        progress_message = "Compiling model %s for %s (cpu %s, quantization %s)" % (
+        progress_message = "Compiling model %s for %s (cpu %s, quantization %s, precision %s)" % (
             ctx.label,
             tc.llvm_triple,
             tc.cpu,
             quantization,
+            precision,
         ),
     )
     return [
@@ -180,6 +191,9 @@ cuvil_compile = rule(
             doc = "Overrides --//cuvil:quantization for this model: none, fp16, " +
                   "int8_sym or int4_block (empty: the flag).",
         ),
+        "precision": attr.string(
+            doc = "Overrides --//cuvil:precision for this model: f32 or bf16 (empty: the flag).",
+        ),
         "plugins": attr.label_list(
             providers = [CcInfo],
             doc = "Plugin cc_libraries; their headers are inputs of the compile action.",
@@ -196,6 +210,7 @@ cuvil_compile = rule(
             allow_single_file = True,
         ),
         "_quantization_flag": attr.label(default = Label("//cuvil:quantization")),
+        "_precision_flag": attr.label(default = Label("//cuvil:precision")),
     }),
     toolchains = [CUVIL_TOOLCHAIN_TYPE, PYTHON_TOOLCHAIN_TYPE],
     provides = [CuvilModelInfo],
@@ -214,6 +229,7 @@ def cuvil_model(
         plugins = [],
         data = [],
         calibration = [],
+        precision = None,
         visibility = None,
         tags = [],
         testonly = False,
@@ -256,6 +272,10 @@ def cuvil_model(
       calibration: calibration inputs (.npy, .npz, images) for int8_sym: they replace
         the config's quantization.calibration.files (its ranges/percentile still
         apply), so `--//cuvil:quantization=int8_sym` works on a config without them.
+      precision: f32 | bf16 (conv2d/matmul in bfloat16 with f32 accumulation; with
+        quantization none only); overrides --//cuvil:precision (default: the flag,
+        whose default is f32: the config's own `precision` is not read under Bazel).
+        Accepts select().
       visibility, tags, testonly: as usual, applied to every target.
       **kwargs: passed to the <name> cc_library (e.g. `alwayslink`; `linkstatic =
         False` to also build lib<name>.so).
@@ -275,6 +295,7 @@ def cuvil_model(
         capture = ":" + name + "_capture",
         model_name = name,
         quantization = quantization or "",
+        precision = precision or "",
         plugins = plugins,
         data = data,
         calibration = calibration,

@@ -6,6 +6,7 @@ load("//rules:defs.bzl", "CuvilModelInfo")
 
 _PLATFORMS = "//command_line_option:platforms"
 _QUANTIZATION = "//cuvil:quantization"
+_PRECISION = "//cuvil:precision"
 
 def _actions_with(env, mnemonic):
     return [a for a in analysistest.target_actions(env) if a.mnemonic == mnemonic]
@@ -22,7 +23,7 @@ def _only_compile_action(env):
     asserts.equals(env, ["CuvilCompile"], [a.mnemonic for a in actions], "actions of a cuvil_compile target")
     return actions[0] if actions else None
 
-def _check_compile(env, target, llvm_triple, cpu, features, quantization, model = "mlp"):
+def _check_compile(env, target, llvm_triple, cpu, features, quantization, model = "mlp", precision = "f32"):
     action = _only_compile_action(env)
     if action == None:
         return
@@ -32,6 +33,7 @@ def _check_compile(env, target, llvm_triple, cpu, features, quantization, model 
     asserts.equals(env, cpu, _flag(argv, "--cpu"), "--cpu")
     asserts.equals(env, features, _flag(argv, "--features"), "--features")
     asserts.equals(env, quantization, _flag(argv, "--quantization"), "--quantization")
+    asserts.equals(env, precision, _flag(argv, "--precision"), "--precision")
     asserts.true(env, llvm_triple in action.mnemonic + " " + str(argv), "triple on the command line")
 
     # Every input declared: the bundle, the config, the lock file, the compiler.
@@ -114,6 +116,41 @@ quantization_attribute_test = analysistest.make(
     config_settings = {
         _PLATFORMS: "//platforms:linux_x86_64",
         _QUANTIZATION: "int8_sym",
+    },
+)
+
+# --//cuvil:precision=bf16 on the AVX-512-BF16 platform: its toolchain's features
+# (vdpbf16ps) and the precision reach the compile command line ...
+_AVX512_FEATURES = ("+avx2,+fma,+avx,+f16c,+bmi,+bmi2,+popcnt,+sse4.2,+avx512f,+avx512bw,+avx512dq," +
+                    "+avx512vl,+avx512cd,+avx512vnni,+avx512bf16,-prefer-256-bit")
+
+def _precision_flag_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    _check_compile(env, "x86_64-linux-gnu", "x86_64-unknown-linux-gnu", "x86-64-v4", _AVX512_FEATURES, "none",
+                   precision = "bf16")
+    return analysistest.end(env)
+
+precision_flag_test = analysistest.make(
+    _precision_flag_test_impl,
+    config_settings = {
+        _PLATFORMS: "//platforms:linux_x86_64_avx512",
+        _PRECISION: "bf16",
+    },
+)
+
+# ... and a cuvil_model's own `precision` attribute wins over the flag.
+def _precision_attribute_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    _check_compile(env, "x86_64-linux-gnu", "x86_64-unknown-linux-gnu", "x86-64-v3",
+                   "+avx2,+fma,+avx,+f16c,+bmi,+bmi2,+popcnt,+sse4.2", "none", model = "mlp_bf16",
+                   precision = "bf16")
+    return analysistest.end(env)
+
+precision_attribute_test = analysistest.make(
+    _precision_attribute_test_impl,
+    config_settings = {
+        _PLATFORMS: "//platforms:linux_x86_64",
+        _PRECISION: "f32",
     },
 )
 
@@ -211,6 +248,8 @@ def cuvil_analysis_test_suite(name):
         "compile_wasm32_test": (compile_wasm32_test, ":mlp_compile"),
         "quantization_flag_test": (quantization_flag_test, ":mlp_compile"),
         "quantization_attribute_test": (quantization_attribute_test, ":mlp_fp16_compile"),
+        "precision_flag_test": (precision_flag_test, ":mlp_compile"),
+        "precision_attribute_test": (precision_attribute_test, ":mlp_bf16_compile"),
         "capture_test": (capture_test, ":mlp_capture"),
         "bad_quantization_test": (bad_quantization_test, ":mlp_bad_quantization_compile"),
         "select_test": (select_test, ":quantization_selected"),

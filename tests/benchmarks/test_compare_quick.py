@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "compare.py"
-SYSTEMS = ["cuvil", "torch", "ort", "ov-f32", "ov-default"]
+SYSTEMS = ["cuvil", "cuvil-bf16", "torch", "ort", "ov-f32", "ov-default"]
 MODELS = ["resnet50", "bert-base", "minilm", "mlp"]
 
 
@@ -41,7 +41,12 @@ def test_compare_quick(tmp_path):
                     assert row["status"] == "skipped" and row["reason"], row
                     continue
                 assert row["median_ms"] > 0 and min(row["samples_ms"]) == row["min_ms"]
-                if system != "cuvil":
+                if system == "cuvil-bf16":  # against the other reduced-precision system
+                    ov = rows[(model, threads, "ov-default")]
+                    if ov["status"] == "ok":
+                        assert math.isclose(row["cuvil_over_system"], row["median_ms"] / ov["median_ms"])
+                    assert 1e-6 < row["max_rel_err_vs_torch"] < 5e-2, row   # bf16: close, not exact
+                elif system != "cuvil":
                     assert math.isclose(row["cuvil_over_system"], cuvil["median_ms"] / row["median_ms"])
             # The fp32 peers compute the same function; OpenVINO's default may use bf16.
             for system in ("torch", "ort", "ov-f32"):
@@ -55,6 +60,8 @@ def test_compare_quick(tmp_path):
         c = cold[(model, "cuvil")]
         assert c["status"] == "ok" and c["checksum_matches_torch"], c
         assert c["cold_start_ms"] > 0 and 0 < c["peak_rss_mib"] < 200 and c["artifact_bytes"] > 0
+        b = cold[(model, "cuvil-bf16")]
+        assert b["status"] == "ok" and b["checksum_matches_torch"] and b["artifact_bytes"] > 0, b
         t = cold[(model, "torch")]
         assert t["status"] == "ok" and t["peak_rss_mib"] > c["peak_rss_mib"], t  # python + torch is bigger
 
