@@ -91,3 +91,13 @@ def test_minilm_int8_sym_embeddings_stay_close(minilm):
     assert cos.min() < 0.99999
     ratio, _ = _matmul_weight_ratio(model, example, "int8_sym", calibration=tuple(calibration))
     assert 0.25 <= ratio <= 0.26, ratio  # i8 codes + an f32 scale per output channel
+
+
+def test_minilm_bf16_embeddings_stay_close(minilm):
+    """precision bf16 (no calibration): every encoder matmul in bfloat16."""
+    model, example, inputs, fp32 = minilm
+    compiled = cuvil.compile(model, example, precision="bf16", threads=2)
+    assert compiled.ir.main.attrs["precision"]["bf16_ops"] == 36
+    cos = cosine_rows(compiled(*inputs)[0], fp32)
+    print(f"bf16 cosine: min {cos.min():.5f} mean {cos.mean():.5f}")
+    assert len(cos) >= 50 and cos.min() >= 0.999

@@ -49,6 +49,20 @@ def test_fp16_agrees_with_fp32(photos):
     assert overall >= 0.995
 
 
+def test_bf16_agrees_with_fp32(photos):
+    """precision bf16: top-1 agreement with fp32 over all photos (measured 1.0) and the
+    logits' relative error (max |diff| / max |logit|, measured ~1e-2)."""
+    model, x, example, _, fp32, logits = photos
+    compiled = cuvil.compile(model, example, precision="bf16", threads=2)
+    assert compiled.ir.main.attrs["precision"]["bf16_ops"] == 36   # the depthwise convs stay f32
+    got = logits(compiled)
+    overall, confident, _ = _agreement(got, fp32)
+    rel = float(np.abs(got - fp32).max() / np.abs(fp32).max())
+    print(f"bf16 top-1 agreement {overall:.3f} (confident {confident:.3f}), logits rel. error {rel:.2e}")
+    assert overall >= 0.98 and confident == 1.0
+    assert 1e-5 < rel <= 5e-2
+
+
 def test_int8_sym_agrees_with_fp32_and_beats_onnxruntime_qdq(photos, tmp_path):
     pytest.importorskip("onnxruntime")
     from tests.quant.ort_reference import export_onnx, quantize_qdq, run_onnx
