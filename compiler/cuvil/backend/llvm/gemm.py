@@ -56,19 +56,39 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
     only that many leading columns (a zero-padded packed panel). `post(b, r, col, vec)`
     maps each whole accumulator vector (tile row r, C column col) before it is stored."""
     vty = ir.VectorType(ety, vw)
-    accs = [[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)]
+    # A thin tile (a GEMV, the last rows of a block) has too few accumulators to cover the
+    # FMA latency: it then sums `ks` interleaved k phases in separate accumulators.
+    ks = k_phases(mr * nv) if isinstance(K, int) and K >= 2 * k_phases(mr * nv) else 1
+    sets = [[[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)] for _ in range(ks)]
+    accs = sets[0]
     zero = ir.Constant(vty, [0.0] * vw)
-    for row in accs:
-        for a in row:
-            b.store(zero, a)
-    with for_range(b, K, name="k") as k:
+    for acc_set in sets:
+        for row in acc_set:
+            for a in row:
+                b.store(zero, a)
+
+    def step(k, acc_set):
         brow = b.add(b.add(b_off, b.mul(k, i64(ldb))), j0)
         bv = [_ld_vec(b, B, b.add(brow, i64(v * vw)), vty) for v in range(nv)]
         for r in range(mr):
             av = _splat(b, _ld(b, A, b.add(b.add(a_row0, i64(r * lda)), k)), vty)
             for v in range(nv):
-                acc = accs[r][v]
+                acc = acc_set[r][v]
                 b.store(b.fadd(b.load(acc), b.fmul(av, bv[v], flags=CONTRACT), flags=CONTRACT), acc)
+
+    if ks == 1:
+        with for_range(b, K, name="k") as k:
+            step(k, accs)
+    else:
+        with for_range(b, K // ks, name="kq") as kq:
+            for s_ in range(ks):
+                step(b.add(b.mul(kq, i64(ks)), i64(s_)), sets[s_])
+        for k_rest in range(K // ks * ks, K):
+            step(i64(k_rest), accs)
+        for acc_set in sets[1:]:
+            for r in range(mr):
+                for v in range(nv):
+                    b.store(b.fadd(b.load(accs[r][v]), b.load(acc_set[r][v])), accs[r][v])
     c_j0 = j0 if c_j0 is None else c_j0
     width = nv * vw
     full = width if valid is None else (valid // vw) * vw
@@ -99,6 +119,12 @@ def _scalar_cols(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, ncols, K,
                 bb = _ld(b, B, b.add(b.add(b_off, b.mul(k, i64(ldb))), j))
                 b.store(b.fadd(b.load(acc), b.fmul(a, bb, flags=CONTRACT), flags=CONTRACT), acc)
             b.store(b.load(acc), b.gep(C, [b.add(b.add(c_row0, i64(r * ldc)), j)], inbounds=True))
+
+
+def k_phases(accumulators: int) -> int:
+    """Interleaved k phases for a tile of this many accumulator vectors: enough to keep
+    ~8 independent FMA chains (4 cycles of latency x 2 units), at most 4."""
+    return max(1, min(4, 8 // accumulators))
 
 
 def micro_shape(vw: int) -> tuple[int, int]:
