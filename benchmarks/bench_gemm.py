@@ -43,9 +43,11 @@ def build_c(source: str, out_dir: Path, extra: list[str]) -> Path:
     return exe
 
 
-def fma_peak(exe: Path, threads: int, seconds: float) -> tuple[float, str]:
-    """One peak sample: (GFLOP/s, isa)."""
-    out = subprocess.run([str(exe), str(threads), str(seconds)], capture_output=True, text=True, check=True)
+def fma_peak(exe: Path, threads: int, seconds: float, bf16: bool = False) -> tuple[float, str]:
+    """One peak sample: (GFLOP/s, isa); bf16: the vdpbf16ps peak (CalledProcessError with
+    exit status 3 where the CPU has no AVX512-BF16)."""
+    out = subprocess.run([str(exe), str(threads), str(seconds)] + (["bf16"] if bf16 else []),
+                         capture_output=True, text=True, check=True)
     gflops, isa = out.stdout.split()
     return float(gflops), isa
 
@@ -114,7 +116,7 @@ class NumpyWorker:
 class CuvilGemm:
     """y = x @ W^T for x [M, K], W [N, K]: an nn.Linear without bias compiled by Cuvil."""
 
-    def __init__(self, m: int, k: int, n: int):
+    def __init__(self, m: int, k: int, n: int, precision: str = "f32"):
         import torch
 
         import cuvil
@@ -123,7 +125,7 @@ class CuvilGemm:
         with torch.no_grad():
             linear.weight.copy_(torch.randn(n, k, generator=gen))
         x = torch.randn(m, k, generator=gen)
-        self.model = cuvil.compile(linear, (x,), threads=1)
+        self.model = cuvil.compile(linear, (x,), threads=1, precision=precision)
         self.x = np.ascontiguousarray(x.numpy())
         self.y = np.empty((m, n), np.float32)
         self._in = (ctypes.c_void_p * 1)(self.x.ctypes.data)

@@ -411,13 +411,25 @@ GEMM_WARMUP_S = 0.01
 def run_gemm(args, tools: dict, results: dict) -> None:
     shapes = GEMM_SHAPES_QUICK if args.quick else GEMM_SHAPES
     print(f"\nGEMM fp32 {', '.join('x'.join(map(str, s)) for s in shapes)} (M x K x N)", flush=True)
-    cuvil, skipped = {}, {}
+    cuvil, skipped, cuvil_bf16 = {}, {}, {}
     for shape in shapes:
         try:
             cuvil[shape] = bench_gemm.CuvilGemm(*shape)
         except Exception as exc:  # noqa: BLE001
             skipped[shape] = f"Cuvil compile failed: {bs.short(exc)}"
     peak_exe = tools.get("fma_peak")
+    bf16_peak = False  # Cuvil's precision bf16 GEMM, where the CPU has vdpbf16ps to measure it against
+    if peak_exe and "cuvil-bf16" in args.systems:
+        try:
+            bench_gemm.fma_peak(peak_exe, 1, 0.01, bf16=True)
+            bf16_peak = True
+        except Exception as exc:  # noqa: BLE001
+            results["gemm_info"]["bf16"] = f"skipped: no bf16 peak ({bs.short(exc)})"
+    for shape in shapes if bf16_peak else ():
+        try:
+            cuvil_bf16[shape] = bench_gemm.CuvilGemm(*shape, precision="bf16")
+        except Exception as exc:  # noqa: BLE001
+            results["gemm_info"][f"bf16 {shape}"] = f"Cuvil bf16 compile failed: {bs.short(exc)}"
     for threads in args.threads:
         try:
             worker = bench_gemm.NumpyWorker(threads)
@@ -425,6 +437,11 @@ def run_gemm(args, tools: dict, results: dict) -> None:
             worker, numpy_reason = None, f"numpy worker failed: {bs.short(exc)}"
         results["gemm_info"][f"numpy_openblas_core_{threads}t"] = worker.core if worker else numpy_reason
         inner = {}
+        for shape, g in cuvil_bf16.items():
+            g.set_threads(threads)
+            t0 = time.perf_counter()
+            g.call()
+            inner[("cuvil-bf16", shape)] = max(1, round(args.sample_s / max(time.perf_counter() - t0, 1e-7)))
         for shape, g in cuvil.items():
             g.set_threads(threads)
             t0 = time.perf_counter()
@@ -438,21 +455,25 @@ def run_gemm(args, tools: dict, results: dict) -> None:
                 once = worker.time(*shape, 1)
                 inner[("numpy", shape)] = max(1, round(args.sample_s / max(once, 1e-7)))
         samples = {key: [] for key in inner}
-        peaks, isa = [], None
+        peaks, isa, peaks_bf16 = [], None, []
         for _ in range(args.reps):
             if peak_exe:
                 gflops, isa = bench_gemm.fma_peak(peak_exe, threads, args.peak_s)
                 peaks.append(gflops)
+            if bf16_peak:
+                peaks_bf16.append(bench_gemm.fma_peak(peak_exe, threads, args.peak_s, bf16=True)[0])
             for shape in shapes:
-                if shape in cuvil:
-                    g, n = cuvil[shape], inner[("cuvil", shape)]
+                for who, models in (("cuvil", cuvil), ("cuvil-bf16", cuvil_bf16)):
+                    if shape not in models:
+                        continue
+                    g, n = models[shape], inner[(who, shape)]
                     warm = time.perf_counter()  # untimed calls first (the numpy worker does one too):
                     while time.perf_counter() - warm < GEMM_WARMUP_S:  # idle cores wake up slowly
                         g.call()
                     t0 = time.perf_counter()
                     for _ in range(n):
                         g.call()
-                    samples[("cuvil", shape)].append((time.perf_counter() - t0) / n)
+                    samples[(who, shape)].append((time.perf_counter() - t0) / n)
                 if worker:
                     samples[("numpy", shape)].append(worker.time(*shape, inner[("numpy", shape)]))
                     # OpenBLAS's threads spin ~0.1 s after a call: let them sleep before
@@ -464,6 +485,10 @@ def run_gemm(args, tools: dict, results: dict) -> None:
         results["peak"].append({"threads": threads, "gflops": peak, "max_gflops": max(peaks) if peaks else None,
                                 "isa": isa, "status": "ok" if peaks else "skipped",
                                 "reason": None if peaks else tools.get("fma_peak_error")})
+        peak_bf16 = statistics.median(peaks_bf16) if peaks_bf16 else None
+        if peaks_bf16:
+            results["peak"].append({"threads": threads, "gflops": peak_bf16, "max_gflops": max(peaks_bf16),
+                                    "isa": "avx512bf16", "status": "ok", "reason": None})
         for shape in shapes:
             m, k, n = shape
             flop = 2.0 * m * k * n
@@ -482,6 +507,12 @@ def run_gemm(args, tools: dict, results: dict) -> None:
                     row[f"{who}_efficiency"] = row[f"{who}_gflops"] / peak
             if row["cuvil_gflops"] and row["numpy_gflops"]:
                 row["cuvil_over_numpy"] = row["cuvil_gflops"] / row["numpy_gflops"]
+            s_bf16 = samples.get(("cuvil-bf16", shape))
+            if s_bf16:
+                row["cuvil_bf16_gflops"] = flop / statistics.median(s_bf16) / 1e9
+                row["bf16_peak_gflops"] = peak_bf16
+                row["cuvil_bf16_efficiency"] = row["cuvil_bf16_gflops"] / peak_bf16
+                row["cuvil_bf16_max_rel_err"] = cuvil_bf16[shape].max_rel_err
             results["gemm"].append(row)
 
 
@@ -551,7 +582,8 @@ def print_report(results: dict, args) -> None:
               "thread count ==")
         for p in results["peak"]:
             if p["status"] == "ok":
-                print(f"FMA peak, {p['threads']} thread(s): {p['gflops']:.1f} GFLOP/s median, "
+                kind = "bf16 dot-product peak" if p["isa"] == "avx512bf16" else "FMA peak"
+                print(f"{kind}, {p['threads']} thread(s): {p['gflops']:.1f} GFLOP/s median, "
                       f"{p['max_gflops']:.1f} max ({p['isa']})")
             else:
                 print(f"FMA peak, {p['threads']} thread(s): skipped: {p['reason']}")
@@ -566,6 +598,13 @@ def print_report(results: dict, args) -> None:
                   f"{g(r.get('numpy_efficiency'), '{:.0%}'):>10} {g(r.get('cuvil_over_numpy'), '{:.2f}'):>12}")
             if r.get("cuvil_reason"):
                 print(f"{'':<20} Cuvil skipped: {r['cuvil_reason']}")
+            if r.get("cuvil_bf16_gflops"):
+                print(f"{'':<20} Cuvil bf16 {r['cuvil_bf16_gflops']:.1f} GFLOP/s = "
+                      f"{r['cuvil_bf16_efficiency']:.0%} of the bf16 peak, "
+                      f"{r['cuvil_bf16_gflops'] / r['cuvil_gflops']:.2f}x Cuvil fp32" if r["cuvil_gflops"] else "")
+        for key, note in results["gemm_info"].items():
+            if key == "bf16" or key.startswith("bf16 "):
+                print(f"Cuvil bf16 GEMM: {note}")
     m = results["machine"]
     print(f"\nmachine: {m.get('cpu', '?')}, {m.get('affinity')} CPUs, load average "
           f"{m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end")
@@ -585,22 +624,26 @@ def write_chart(results: dict, path: Path) -> str | None:
     for ax, panel in zip(axes[0], panels):
         if panel == "gemm":
             shapes = list(dict.fromkeys((r["m"], r["k"], r["n"]) for r in results["gemm"]))
-            series = [(who, t) for t in s["threads"] for who in ("cuvil", "numpy")]
+            whos = ("cuvil", "numpy") + (("cuvil_bf16",) if any(r.get("cuvil_bf16_gflops") for r in results["gemm"])
+                                         else ())
+            series = [(who, t) for t in s["threads"] for who in whos]
             width = 0.8 / len(series)
             for j, (who, t) in enumerate(series):
-                vals = [next((r[f"{who}_gflops"] or 0 for r in results["gemm"]
+                vals = [next((r.get(f"{who}_gflops") or 0 for r in results["gemm"]
                               if (r["m"], r["k"], r["n"]) == sh and r["threads"] == t), 0) for sh in shapes]
+                label, color = {"cuvil": ("Cuvil", colors["cuvil"]), "numpy": ("numpy", "#ff7f0e"),
+                                "cuvil_bf16": ("Cuvil bf16", colors["cuvil-bf16"])}[who]
                 ax.bar([i + (j - (len(series) - 1) / 2) * width for i in range(len(shapes))], vals, width,
-                       label=f"{'Cuvil' if who == 'cuvil' else 'numpy'} {t}t",
-                       color=colors["cuvil"] if who == "cuvil" else "#ff7f0e", alpha=0.5 + 0.5 * (t == s["threads"][0]))
+                       label=f"{label} {t}t", color=color, alpha=0.5 + 0.5 * (t == s["threads"][0]))
             for p in results["peak"]:
                 if p["gflops"]:
-                    ax.axhline(p["gflops"], ls="--", lw=1, color="k")
-                    ax.text(len(shapes) - 0.5, p["gflops"], f"FMA peak {p['threads']}t", ha="right", va="bottom",
-                            fontsize=7)
+                    bf = p["isa"] == "avx512bf16"
+                    ax.axhline(p["gflops"], ls=":" if bf else "--", lw=1, color="k")
+                    ax.text(len(shapes) - 0.5, p["gflops"], f"{'bf16' if bf else 'FMA'} peak {p['threads']}t",
+                            ha="right", va="bottom", fontsize=7)
             ax.set_xticks(range(len(shapes)), [f"{m}x{k}x{n}" for m, k, n in shapes], fontsize=7, rotation=15)
             ax.set_ylabel("GFLOP/s")
-            ax.set_title("GEMM fp32", fontsize=9)
+            ax.set_title("GEMM (fp32; bf16 where measured)", fontsize=9)
             ax.legend(fontsize=7)
             continue
         rows = [r for r in results["latency"] if r["model"] == panel and r["status"] == "ok"]

@@ -1,6 +1,9 @@
 /* The machine's fp32 FMA peak: independent FMA chains held in registers, on N threads.
  *
  *   fma_peak THREADS SECONDS     prints "<GFLOP/s> <isa>" (isa: avx512 or avx2)
+ *   fma_peak THREADS SECONDS bf16   the bf16 dot-product peak instead ("<GFLOP/s>
+ *                                   avx512bf16": 16 chains of vdpbf16ps, 64 FLOP each;
+ *                                   exit status 3 where the CPU lacks AVX512-BF16)
  *
  * AVX-512: 16 chains of 16-lane vfmadd (enough to cover 2 FMA units x 4 cycles of
  * latency); AVX2 fallback when the CPU lacks AVX-512F: 12 chains of 8 lanes. The ISA is
@@ -13,6 +16,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void) {
@@ -69,13 +73,37 @@ static float loop_avx2(long iters, float seed) {
     return lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
 }
 
-static int use_avx512;
+/* 16 chains of vdpbf16ps: acc += a.lo*b.lo + a.hi*b.hi per lane (tiny products, so the
+ * sums stay finite and normal for any run length). */
+__attribute__((target("avx512f,avx512bf16"), noinline))
+static float loop_bf16(long iters, float seed) {
+    __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(seed), _mm512_set1_ps(seed));
+    __m512bh m = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+    __m512 c[16];
+    for (int j = 0; j < 16; j++) c[j] = _mm512_set1_ps(0.1f * (float)j);
+    for (long i = 0; i < iters; i++) {
+        c[0] = _mm512_dpbf16_ps(c[0], a, m); c[1] = _mm512_dpbf16_ps(c[1], a, m);
+        c[2] = _mm512_dpbf16_ps(c[2], a, m); c[3] = _mm512_dpbf16_ps(c[3], a, m);
+        c[4] = _mm512_dpbf16_ps(c[4], a, m); c[5] = _mm512_dpbf16_ps(c[5], a, m);
+        c[6] = _mm512_dpbf16_ps(c[6], a, m); c[7] = _mm512_dpbf16_ps(c[7], a, m);
+        c[8] = _mm512_dpbf16_ps(c[8], a, m); c[9] = _mm512_dpbf16_ps(c[9], a, m);
+        c[10] = _mm512_dpbf16_ps(c[10], a, m); c[11] = _mm512_dpbf16_ps(c[11], a, m);
+        c[12] = _mm512_dpbf16_ps(c[12], a, m); c[13] = _mm512_dpbf16_ps(c[13], a, m);
+        c[14] = _mm512_dpbf16_ps(c[14], a, m); c[15] = _mm512_dpbf16_ps(c[15], a, m);
+    }
+    __m512 s = c[0];
+    for (int j = 1; j < 16; j++) s = _mm512_add_ps(s, c[j]);
+    return _mm512_reduce_add_ps(s);
+}
+
+static int use_avx512, use_bf16;
 static double flop_per_iter;
 static double seconds;
 static pthread_barrier_t barrier;
 static volatile float sink;
 
 static float run_loop(long iters) {
+    if (use_bf16) return loop_bf16(iters, 1e-3f);
     return use_avx512 ? loop_avx512(iters, 1e-3f) : loop_avx2(iters, 1e-3f);
 }
 
@@ -99,8 +127,8 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s THREADS SECONDS\n", argv[0]);
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "bf16") == 0)) {
+        fprintf(stderr, "usage: %s THREADS SECONDS [bf16]\n", argv[0]);
         return 2;
     }
     int threads = atoi(argv[1]);
@@ -115,7 +143,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fma_peak: neither AVX-512F nor AVX2+FMA on this CPU\n");
         return 1;
     }
-    flop_per_iter = use_avx512 ? 16.0 * 16 * 2 : 12.0 * 8 * 2;
+    if (argc == 4) {
+        if (!use_avx512 || !__builtin_cpu_supports("avx512bf16")) {
+            fprintf(stderr, "fma_peak: no AVX512-BF16 on this CPU\n");
+            return 3;
+        }
+        use_bf16 = 1;
+    }
+    flop_per_iter = use_bf16 ? 16.0 * 16 * 4 : use_avx512 ? 16.0 * 16 * 2 : 12.0 * 8 * 2;
     pthread_t tid[1024];
     job jobs[1024];
     pthread_barrier_init(&barrier, NULL, (unsigned)threads);
@@ -126,6 +161,6 @@ int main(int argc, char **argv) {
         flop += (double)jobs[i].iters * flop_per_iter;
         if (jobs[i].elapsed > slowest) slowest = jobs[i].elapsed;
     }
-    printf("%.3f %s\n", flop / slowest * 1e-9, use_avx512 ? "avx512" : "avx2");
+    printf("%.3f %s\n", flop / slowest * 1e-9, use_bf16 ? "avx512bf16" : use_avx512 ? "avx512" : "avx2");
     return 0;
 }

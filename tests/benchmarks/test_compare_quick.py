@@ -68,5 +68,13 @@ def test_compare_quick(tmp_path):
     assert data["gemm"] and all(g["cuvil_gflops"] and g["cuvil_gflops"] > 0 for g in data["gemm"])
     assert all(g["cuvil_max_rel_err"] < 1e-4 for g in data["gemm"])
     assert {p["threads"] for p in data["peak"]} == {1, 2}
+    bf16_peaks = [p for p in data["peak"] if p["isa"] == "avx512bf16"]
+    if bf16_peaks:  # a CPU with vdpbf16ps: Cuvil's bf16 GEMM is measured against its peak
+        assert {p["threads"] for p in bf16_peaks} == {1, 2}
+        for g in data["gemm"]:
+            assert g["cuvil_bf16_gflops"] > 0 and g["cuvil_bf16_efficiency"] > 0, g
+            assert 1e-6 < g["cuvil_bf16_max_rel_err"] < 2e-2, g
+    else:
+        assert not any("cuvil_bf16_gflops" in g for g in data["gemm"])
     if data["chart"] == "compare.png":
         assert (tmp_path / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
