@@ -33,3 +33,16 @@ def test_softmax_forms(fn):
 def test_softmax_large_logits_are_stable():
     x = seeded(2, 4, 16) * 100 + 500  # exp() of these overflows float32 without max-subtraction
     check_torch(lambda x: (F.softmax(x, -1), F.log_softmax(x, -1)), x, atol=1e-4, rtol=RTOL)
+
+
+@pytest.mark.parametrize("shape", [(3, 37), (2, 4, 128), (5, 203)])
+def test_softmax_long_rows(shape):
+    """Rows of at least two vectors take the vector max (lanes folded, then the tail).
+    The maxima are large enough that exp() overflows unless they are found: in the last
+    element (the tail where n % 16 != 0), at column 17 of every other row, and masked
+    (-inf) entries are ignored."""
+    x = seeded(3, *shape) * 4
+    x[..., -1] += 200
+    x.view(-1, shape[-1])[::2, 17] += 300
+    x.view(-1, shape[-1])[1::3, :9] = float("-inf")
+    check_torch(lambda x: (F.softmax(x, -1), F.log_softmax(x, -1)), x, atol=LOG_ATOL, rtol=RTOL)

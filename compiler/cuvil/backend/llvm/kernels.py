@@ -815,6 +815,25 @@ def _rows_parallel(b, k: KernelArgs, rows, row_len, row):
     parallel(b, k, rows, lambda bb, k2, r, _: row(bb, k2, r))
 
 
+def _row_max_vec(b, X, base, n: int, vw: int):
+    """max of the f32 row X[base : base + n] (n >= vw): vw lanes of running maxima (the
+    scalar compare-select chain does not vectorise: it is one long dependency), folded
+    together at the end, then the n % vw tail."""
+    vty = ir.VectorType(F32, vw)
+    acc = alloca_in_entry(b, vty)
+    b.store(ir.Constant(vty, [float("-inf")] * vw), acc)
+    with for_range(b, n // vw, name="mv") as c:
+        v = b.load(b.bitcast(b.gep(X, [b.add(base, b.mul(c, i64(vw)))], inbounds=True), vty.as_pointer()), align=4)
+        b.store(_fmax(b, b.load(acc), v), acc)
+    lanes = b.load(acc)
+    m = b.extract_element(lanes, ir.Constant(ir.IntType(32), 0))
+    for j in range(1, vw):
+        m = _fmax(b, m, b.extract_element(lanes, ir.Constant(ir.IntType(32), j)))
+    for j in range(n // vw * vw, n):
+        m = _fmax(b, m, load(b, X, b.add(base, i64(j)), "f32"))
+    return m
+
+
 def k_softmax(b, k: KernelArgs):
     outer, n, inner = _rows(k.out_type.shape, k.attrs["axis"])
     dt = k.out_type.dtype
@@ -825,8 +844,11 @@ def k_softmax(b, k: KernelArgs):
         exp = lambda v: b.call(get_math(b.module, "exp"), [v])  # noqa: E731
         base = b.add(b.mul(b.sdiv(r, i64(inner)), i64(n * inner)), b.srem(r, i64(inner)))
         at = lambda j: b.add(base, b.mul(j, i64(inner)))  # noqa: E731
-        mx = _reduce_loop(b, n, fconst(dt, -np.inf), lambda bb, a, j: _fmax(
-            bb, a, load(bb, X, at(j), dt)), "m")
+        if inner == 1 and dt == "f32" and isinstance(n, int) and n >= 2 * k2.vw:
+            mx = _row_max_vec(b, X, base, n, k2.vw)
+        else:
+            mx = _reduce_loop(b, n, fconst(dt, -np.inf), lambda bb, a, j: _fmax(
+                bb, a, load(bb, X, at(j), dt)), "m")
         if log:
             s = _reduce_loop(b, n, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(
                 a, exp(bb.fsub(load(bb, X, at(j), dt), mx)), flags=REDUCE), "s")
