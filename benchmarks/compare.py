@@ -405,7 +405,11 @@ def cold_starts(key: str, ctx: dict, args, tools: dict, skipped: dict, results: 
 # --- GEMM ---------------------------------------------------------------------------------
 
 OPENBLAS_SPIN_S = 0.3
-GEMM_WARMUP_S = 0.01
+GEMM_WARMUP_S = 0.05
+# A GEMM sample is one parallel loop per call: the other thread must be awake for every
+# call, which short samples right after a pause (a sleeping vCPU) often miss; so longer
+# samples than the models'.
+GEMM_SAMPLE_S = 0.1
 
 
 def run_gemm(args, tools: dict, results: dict) -> None:
@@ -418,6 +422,7 @@ def run_gemm(args, tools: dict, results: dict) -> None:
         except Exception as exc:  # noqa: BLE001
             skipped[shape] = f"Cuvil compile failed: {bs.short(exc)}"
     peak_exe = tools.get("fma_peak")
+    sample_s = args.sample_s if args.quick else GEMM_SAMPLE_S
     bf16_peak = False  # Cuvil's precision bf16 GEMM, where the CPU has vdpbf16ps to measure it against
     if peak_exe and "cuvil-bf16" in args.systems:
         try:
@@ -441,19 +446,19 @@ def run_gemm(args, tools: dict, results: dict) -> None:
             g.set_threads(threads)
             t0 = time.perf_counter()
             g.call()
-            inner[("cuvil-bf16", shape)] = max(1, round(args.sample_s / max(time.perf_counter() - t0, 1e-7)))
+            inner[("cuvil-bf16", shape)] = max(1, round(sample_s / max(time.perf_counter() - t0, 1e-7)))
         for shape, g in cuvil.items():
             g.set_threads(threads)
             t0 = time.perf_counter()
             g.call()
-            inner[("cuvil", shape)] = max(1, round(args.sample_s / max(time.perf_counter() - t0, 1e-7)))
+            inner[("cuvil", shape)] = max(1, round(sample_s / max(time.perf_counter() - t0, 1e-7)))
             if worker:
                 once = worker.time(*shape, 1)
-                inner[("numpy", shape)] = max(1, round(args.sample_s / max(once, 1e-7)))
+                inner[("numpy", shape)] = max(1, round(sample_s / max(once, 1e-7)))
         if worker:
             for shape in skipped:
                 once = worker.time(*shape, 1)
-                inner[("numpy", shape)] = max(1, round(args.sample_s / max(once, 1e-7)))
+                inner[("numpy", shape)] = max(1, round(sample_s / max(once, 1e-7)))
         samples = {key: [] for key in inner}
         peaks, isa, peaks_bf16 = [], None, []
         for _ in range(args.reps):
@@ -679,7 +684,8 @@ def main(argv=None) -> int:
     results = {"format": "cuvil-compare-1", "machine": machine_info(),
                "settings": {"models": args.models, "systems": args.systems, "threads": args.threads,
                             "reps": args.reps, "cold_runs": args.cold_runs, "quick": args.quick,
-                            "sample_s": args.sample_s, "gap_s": args.gap, "onnx_opset": bs.OPSET},
+                            "sample_s": args.sample_s,
+                            "gemm_sample_s": args.sample_s if args.quick else GEMM_SAMPLE_S, "gap_s": args.gap, "onnx_opset": bs.OPSET},
                "latency": [], "cold_start": [], "gemm": [], "peak": [], "gemm_info": {}}
     over = [t for t in args.threads if t > results["machine"]["affinity"]]
     if over:
