@@ -1,7 +1,7 @@
 """Kernels split across the runtime's threads compute every output element exactly as
 one thread does: softmax, log-softmax, layer norm and transpose split their rows, the
 packed GEMMs hand each thread whole panels (matmul, and convolutions that pack each
-panel before multiplying it). Two-thread results must equal one-thread results bit for
+panel before multiplying it), max pooling splits its planes. Two-thread results must equal one-thread results bit for
 bit and match torch."""
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ class _Convs(nn.Module):
         self.c3 = nn.Conv2d(24, 36, 1)
 
     def forward(self, x):
-        return self.c3(torch.relu(self.c2(torch.relu(self.c1(x)))))
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        return self.c3(nn.functional.max_pool2d(y, 3, 1, 1))   # 48 planes of 20 x 19
 
 
 @pytest.mark.parametrize("make, shapes", [

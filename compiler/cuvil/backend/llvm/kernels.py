@@ -689,8 +689,10 @@ def k_max_pool2d(b, k: KernelArgs):
     _, _, oh, ow = k.out_type.shape
     (kh, kw), (sh, sw), (pt, pl, _, _) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
     dh, dw = k.attrs.get("dilation", [1, 1])
-    X, O, dt = k.ins[0], k.out, k.out_type.dtype
-    with for_range(b, n * c, name="nc") as nc:
+    dt = k.out_type.dtype
+
+    def plane(b, k2, nc):
+        X, O = k2.ins[0], k2.out
         xplane = b.mul(nc, i64(h * w))
         with for_range(b, oh, name="y") as y:
             with for_range(b, ow, name="x") as x:
@@ -710,6 +712,7 @@ def k_max_pool2d(b, k: KernelArgs):
                         v = b.select(ok, v, low)
                         best = b.select(b.fcmp_unordered(">", v, best) if isf else cmp(">", v, best), v, best)
                 store(b, best, O, b.add(b.mul(nc, i64(oh * ow)), b.add(b.mul(y, i64(ow)), x)), dt)
+    _rows_parallel(b, k, n * c, oh * ow * kh * kw, plane)
 
 
 def _window_table(b, name, entries):
