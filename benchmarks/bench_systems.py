@@ -76,15 +76,17 @@ def keep_shared_library(dest: Path):
 
 
 class CuvilRunner:
-    """`cuvil.compile` in fp32 (id "cuvil") or with precision bf16 ("cuvil-bf16")."""
+    """`cuvil.compile` in fp32 (id "cuvil") or with precision bf16 ("cuvil-bf16"); other
+    `cuvil.compile` options (quantization, calibration) with an explicit `system_id`."""
 
-    def __init__(self, module, inputs, lib_path: Path, precision: str = "f32"):
+    def __init__(self, module, inputs, lib_path: Path, precision: str = "f32", system_id: str | None = None,
+                 **compile_options):
         import ctypes
 
         import cuvil
-        self.id = "cuvil" if precision == "f32" else f"cuvil-{precision}"
+        self.id = system_id or ("cuvil" if precision == "f32" else f"cuvil-{precision}")
         with keep_shared_library(lib_path) as kept:
-            self.model = cuvil.compile(module, inputs, threads=1, precision=precision)
+            self.model = cuvil.compile(module, inputs, threads=1, precision=precision, **compile_options)
         self.library = kept.get("path")
         self.prefix = kept.get("prefix")
         self.arrays = [np.ascontiguousarray(t.detach().numpy()) for t in inputs]

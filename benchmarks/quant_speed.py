@@ -32,18 +32,10 @@ LABELS = {"cuvil": "Cuvil fp32", "cuvil-int8": "Cuvil int8_sym", "ort": "ORT fp3
 
 
 class CuvilInt8Runner(bs.CuvilRunner):
-    id = "cuvil-int8"
-
     def __init__(self, module, inputs, lib_path):
-        import cuvil
-        orig = cuvil.compile
         arrays = [np.ascontiguousarray(t.numpy()) for t in inputs]
-        cuvil.compile = lambda m, x, threads=1: orig(m, x, threads=threads, quantization="int8_sym",
-                                                    calibration=[tuple(arrays)])
-        try:
-            super().__init__(module, inputs, lib_path)
-        finally:
-            cuvil.compile = orig
+        super().__init__(module, inputs, lib_path, system_id="cuvil-int8", quantization="int8_sym",
+                         calibration=[tuple(arrays)])
         self.info["int8_ops"] = self.model.ir.main.attrs.get("quantization", {}).get("int8_ops")
 
 
