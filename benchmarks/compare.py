@@ -64,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="tiny models and short samples (smoke test)")
     ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM section")
     ap.add_argument("--no-cold", action="store_true", help="skip cold start / peak RSS")
-    ap.add_argument("--gap-ms", type=float, default=None, help="pause between systems' samples (default 5)")
+    ap.add_argument("--gap-ms", type=float, default=None, help="pause between systems' samples (default 100)")
     ap.add_argument("--out-dir", default=str(BENCH_DIR / "results"))
     args = ap.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -82,7 +82,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.threads or min(args.threads) < 1 or args.reps < 1 or (args.cold_runs or 1) < 1:
         ap.error("--threads must be positive integers, --reps and --cold-runs at least 1")
     args.cold_runs = args.cold_runs if args.cold_runs is not None else (1 if args.quick else 5)
-    args.gap = (args.gap_ms if args.gap_ms is not None else 5.0) / 1000
+    # 100 ms: ONNX Runtime's intra-op threads (and torch's OpenMP ones) spin on a core for a
+    # while after each run; with 5 ms the next 2-thread system lost up to half its speed.
+    args.gap = (args.gap_ms if args.gap_ms is not None else (5.0 if args.quick else 100.0)) / 1000
     args.sample_s = 0.002 if args.quick else 0.02   # each sample averages calls lasting about this long
     args.warm_s = 0.0 if args.quick else 0.3        # warm-up per system and thread count
     args.peak_s = 0.01 if args.quick else 0.1

@@ -64,8 +64,12 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="tiny models (a smoke test)")
     ap.add_argument("--out-dir", default=str(BENCH_DIR / "results"))
+    ap.add_argument("--gap-ms", type=float, default=100.0,
+                    help="pause between systems' samples (default 100: ONNX Runtime's intra-op threads keep "
+                         "spinning on a core for a while after each run, which slowed the next 2-thread system "
+                         "by up to 2x with compare.py's 5 ms)")
     args = ap.parse_args(argv)
-    args.gap, args.sample_s, args.warm_s = 0.005, (0.002 if args.quick else 0.02), (0.0 if args.quick else 0.3)
+    args.gap, args.sample_s, args.warm_s = args.gap_ms / 1000, (0.002 if args.quick else 0.02), (0.0 if args.quick else 0.3)
     out_dir = Path(args.out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch
