@@ -80,3 +80,28 @@ def test_mobilenet_int8_on_the_host_and_aarch64(bazel, tmp_path):
     file_out = subprocess.run(["file", "-L", str(bazel.bin("examples/models/mobilenetv2_int8_aarch64"))],
                               capture_output=True, text=True).stdout
     assert "aarch64" in file_out, file_out
+
+
+def _host_has_avx512_bf16() -> bool:
+    with open("/proc/cpuinfo") as f:
+        return " avx512_bf16" in f.read()
+
+
+def test_bf16_flag_on_the_avx512_platform(bazel, tmp_path):
+    """`--//cuvil:precision=bf16` with `--platforms=//platforms:linux_x86_64_avx512`: the
+    manifest says bf16, the object multiplies with vdpbf16ps, and (on a CPU that has
+    AVX512-BF16) the executable is close to torch but not f32-exact."""
+    bazel.build("//tests/bazel:mlp_host", "--//cuvil:precision=bf16", "--platforms=//platforms:linux_x86_64_avx512")
+    manifest = json.loads(bazel.bin("tests/bazel/mlp.json").read_text())
+    assert manifest["precision"]["compute"] == "bf16" and manifest["precision"]["bf16_ops"] == 3, manifest
+    exe = bazel.bin("tests/bazel/mlp_host")
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(exe)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "vdpbf16ps" in asm and "zmm" in asm
+    if not _host_has_avx512_bf16():
+        return  # built and inspected; this CPU cannot run it
+    x = np.random.default_rng(5).random((1, 784), dtype=np.float32)
+    got = _run_npy(exe, x, tmp_path)
+    ref = _mlp_reference(x)
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert 1e-6 < err < 2e-2, err

@@ -4,8 +4,8 @@
  * n split into min(threads, n) contiguous chunks) and works on it too; a second
  * caller that finds the pool busy runs its loop serially instead of waiting or
  * oversubscribing the machine. Workers are started lazily, grown to the largest
- * thread count asked for, spin for SPIN_NS after a job (the poster spins as long
- * for the last chunk) and then sleep on a condition variable. Chunks are claimed with a compare-and-swap on one word holding
+ * thread count asked for, spin for SPIN_NS (2 ms) after a job (the poster spins as
+ * long for the last chunk) and then sleep on a condition variable. Chunks are claimed with a compare-and-swap on one word holding
  * (job id, next chunk), so a worker that wakes late can never take a chunk of a
  * newer job with an older job's function.
  */
@@ -32,9 +32,12 @@ int cuvil_get_num_threads(void) { return requested_threads; }
 #include <time.h>
 
 /* How long an idle worker (and a caller whose chunks are done) spins before sleeping:
- * back-to-back kernels, and a caller's next inference, usually come within this. Timed,
- * not counted: PAUSE takes from ~10 to ~140 cycles depending on the CPU. */
-#define SPIN_NS 50000
+ * 2 ms. Back-to-back kernels come within microseconds, but a worker that does fall
+ * asleep can take milliseconds to run again where the CPU is a VM's vCPU that halted
+ * (measured on a 2-vCPU VM: ResNet-50 at 2 threads right after 100 ms idle, 24-50 ms
+ * with a 50 us spin, 25-29 ms with 2 ms). Timed, not counted: PAUSE takes ~10 to ~140
+ * cycles depending on the CPU. */
+#define SPIN_NS 2000000
 
 static __thread int tls_threads = 1;
 static __thread int tls_in_task = 0;
