@@ -53,6 +53,12 @@ GEMM_SHAPES = [(1024, 1024, 1024), (128, 768, 768), (128, 768, 3072), (128, 3072
 GEMM_SHAPES_QUICK = [(64, 64, 64), (16, 64, 128)]
 
 
+# Pause between systems' samples: ONNX Runtime's intra-op threads (and torch's OpenMP ones)
+# spin on a core for a while after each run; with 5 ms the next 2-thread system lost up to
+# half its speed.
+GAP_MS = 100.0
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
@@ -64,7 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="tiny models and short samples (smoke test)")
     ap.add_argument("--no-gemm", action="store_true", help="skip the GEMM section")
     ap.add_argument("--no-cold", action="store_true", help="skip cold start / peak RSS")
-    ap.add_argument("--gap-ms", type=float, default=None, help="pause between systems' samples (default 100)")
+    ap.add_argument("--gap-ms", type=float, default=None,
+                    help=f"pause between systems' samples (default {GAP_MS:g}, quick 5)")
     ap.add_argument("--out-dir", default=str(BENCH_DIR / "results"))
     args = ap.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -82,10 +89,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.threads or min(args.threads) < 1 or args.reps < 1 or (args.cold_runs or 1) < 1:
         ap.error("--threads must be positive integers, --reps and --cold-runs at least 1")
     args.cold_runs = args.cold_runs if args.cold_runs is not None else (1 if args.quick else 5)
-    # 100 ms: ONNX Runtime's intra-op threads (and torch's OpenMP ones) spin on a core for a
-    # while after each run; with 5 ms the next 2-thread system lost up to half its speed.
-    args.gap = (args.gap_ms if args.gap_ms is not None else (5.0 if args.quick else 100.0)) / 1000
+    args.gap = (args.gap_ms if args.gap_ms is not None else (5.0 if args.quick else GAP_MS)) / 1000
     args.sample_s = 0.002 if args.quick else 0.02   # each sample averages calls lasting about this long
+    # A GEMM sample is one parallel loop per call: the other thread must be awake for every
+    # call, which short samples right after a pause (a sleeping vCPU) often miss.
+    args.gemm_sample_s = 0.002 if args.quick else 0.1
     args.warm_s = 0.0 if args.quick else 0.3        # warm-up per system and thread count
     args.peak_s = 0.01 if args.quick else 0.1
     args.out_dir = Path(args.out_dir).resolve()
@@ -408,10 +416,6 @@ def cold_starts(key: str, ctx: dict, args, tools: dict, skipped: dict, results: 
 
 OPENBLAS_SPIN_S = 0.3
 GEMM_WARMUP_S = 0.05
-# A GEMM sample is one parallel loop per call: the other thread must be awake for every
-# call, which short samples right after a pause (a sleeping vCPU) often miss; so longer
-# samples than the models'.
-GEMM_SAMPLE_S = 0.1
 
 
 def run_gemm(args, tools: dict, results: dict) -> None:
@@ -424,7 +428,7 @@ def run_gemm(args, tools: dict, results: dict) -> None:
         except Exception as exc:  # noqa: BLE001
             skipped[shape] = f"Cuvil compile failed: {bs.short(exc)}"
     peak_exe = tools.get("fma_peak")
-    sample_s = args.sample_s if args.quick else GEMM_SAMPLE_S
+    sample_s = args.gemm_sample_s
     bf16_peak = False  # Cuvil's precision bf16 GEMM, where the CPU has vdpbf16ps to measure it against
     if peak_exe and "cuvil-bf16" in args.systems:
         try:
@@ -437,30 +441,23 @@ def run_gemm(args, tools: dict, results: dict) -> None:
             cuvil_bf16[shape] = bench_gemm.CuvilGemm(*shape, precision="bf16")
         except Exception as exc:  # noqa: BLE001
             results["gemm_info"][f"bf16 {shape}"] = f"Cuvil bf16 compile failed: {bs.short(exc)}"
+    compiled = (("cuvil", cuvil), ("cuvil-bf16", cuvil_bf16))
     for threads in args.threads:
         try:
             worker = bench_gemm.NumpyWorker(threads)
         except Exception as exc:  # noqa: BLE001
             worker, numpy_reason = None, f"numpy worker failed: {bs.short(exc)}"
         results["gemm_info"][f"numpy_openblas_core_{threads}t"] = worker.core if worker else numpy_reason
-        inner = {}
-        for shape, g in cuvil_bf16.items():
-            g.set_threads(threads)
-            t0 = time.perf_counter()
-            g.call()
-            inner[("cuvil-bf16", shape)] = max(1, round(sample_s / max(time.perf_counter() - t0, 1e-7)))
-        for shape, g in cuvil.items():
-            g.set_threads(threads)
-            t0 = time.perf_counter()
-            g.call()
-            inner[("cuvil", shape)] = max(1, round(sample_s / max(time.perf_counter() - t0, 1e-7)))
-            if worker:
-                once = worker.time(*shape, 1)
-                inner[("numpy", shape)] = max(1, round(sample_s / max(once, 1e-7)))
-        if worker:
-            for shape in skipped:
-                once = worker.time(*shape, 1)
-                inner[("numpy", shape)] = max(1, round(sample_s / max(once, 1e-7)))
+        inner = {}  # calls per sample: enough for ~sample_s, from one timed call
+        for who, models in compiled:
+            for shape, g in models.items():
+                g.set_threads(threads)
+                t0 = time.perf_counter()
+                g.call()
+                inner[(who, shape)] = max(1, round(sample_s / max(time.perf_counter() - t0, 1e-7)))
+        for shape in shapes if worker else ():
+            once = worker.time(*shape, 1)
+            inner[("numpy", shape)] = max(1, round(sample_s / max(once, 1e-7)))
         samples = {key: [] for key in inner}
         peaks, isa, peaks_bf16 = [], None, []
         for _ in range(args.reps):
@@ -470,7 +467,7 @@ def run_gemm(args, tools: dict, results: dict) -> None:
             if bf16_peak:
                 peaks_bf16.append(bench_gemm.fma_peak(peak_exe, threads, args.peak_s, bf16=True)[0])
             for shape in shapes:
-                for who, models in (("cuvil", cuvil), ("cuvil-bf16", cuvil_bf16)):
+                for who, models in compiled:
                     if shape not in models:
                         continue
                     g, n = models[shape], inner[(who, shape)]
@@ -606,9 +603,9 @@ def print_report(results: dict, args) -> None:
             if r.get("cuvil_reason"):
                 print(f"{'':<20} Cuvil skipped: {r['cuvil_reason']}")
             if r.get("cuvil_bf16_gflops"):
+                vs_fp32 = f", {r['cuvil_bf16_gflops'] / r['cuvil_gflops']:.2f}x Cuvil fp32" if r["cuvil_gflops"] else ""
                 print(f"{'':<20} Cuvil bf16 {r['cuvil_bf16_gflops']:.1f} GFLOP/s = "
-                      f"{r['cuvil_bf16_efficiency']:.0%} of the bf16 peak, "
-                      f"{r['cuvil_bf16_gflops'] / r['cuvil_gflops']:.2f}x Cuvil fp32" if r["cuvil_gflops"] else "")
+                      f"{r['cuvil_bf16_efficiency']:.0%} of the bf16 peak{vs_fp32}")
         for key, note in results["gemm_info"].items():
             if key == "bf16" or key.startswith("bf16 "):
                 print(f"Cuvil bf16 GEMM: {note}")
@@ -687,7 +684,7 @@ def main(argv=None) -> int:
                "settings": {"models": args.models, "systems": args.systems, "threads": args.threads,
                             "reps": args.reps, "cold_runs": args.cold_runs, "quick": args.quick,
                             "sample_s": args.sample_s,
-                            "gemm_sample_s": args.sample_s if args.quick else GEMM_SAMPLE_S, "gap_s": args.gap, "onnx_opset": bs.OPSET},
+                            "gemm_sample_s": args.gemm_sample_s, "gap_s": args.gap, "onnx_opset": bs.OPSET},
                "latency": [], "cold_start": [], "gemm": [], "peak": [], "gemm_info": {}}
     over = [t for t in args.threads if t > results["machine"]["affinity"]]
     if over:

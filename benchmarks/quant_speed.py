@@ -26,7 +26,7 @@ sys.path[:0] = [p for p in (str(BENCH_DIR), str(BENCH_DIR.parent)) if p not in s
 
 import bench_systems as bs  # noqa: E402
 from bench_models import MODELS, build  # noqa: E402
-from compare import machine_info, time_block  # noqa: E402
+from compare import GAP_MS, machine_info, time_block  # noqa: E402
 
 LABELS = {"cuvil": "Cuvil fp32", "cuvil-int8": "Cuvil int8_sym", "ort": "ORT fp32", "ort-int8": "ORT dynamic int8"}
 
@@ -64,12 +64,11 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="tiny models (a smoke test)")
     ap.add_argument("--out-dir", default=str(BENCH_DIR / "results"))
-    ap.add_argument("--gap-ms", type=float, default=100.0,
-                    help="pause between systems' samples (default 100: ONNX Runtime's intra-op threads keep "
-                         "spinning on a core for a while after each run, which slowed the next 2-thread system "
-                         "by up to 2x with compare.py's 5 ms)")
+    ap.add_argument("--gap-ms", type=float, default=GAP_MS,
+                    help=f"pause between systems' samples (default {GAP_MS:g}, as compare.py)")
     args = ap.parse_args(argv)
-    args.gap, args.sample_s, args.warm_s = args.gap_ms / 1000, (0.002 if args.quick else 0.02), (0.0 if args.quick else 0.3)
+    args.gap = args.gap_ms / 1000
+    args.sample_s, args.warm_s = (0.002 if args.quick else 0.02), (0.0 if args.quick else 0.3)
     out_dir = Path(args.out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     import torch

@@ -5,9 +5,10 @@
  * caller that finds the pool busy runs its loop serially instead of waiting or
  * oversubscribing the machine. Workers are started lazily, grown to the largest
  * thread count asked for, spin for SPIN_NS (2 ms) after a job (the poster spins as
- * long for the last chunk) and then sleep on a condition variable. Chunks are claimed with a compare-and-swap on one word holding
- * (job id, next chunk), so a worker that wakes late can never take a chunk of a
- * newer job with an older job's function.
+ * long for the last chunk) and then sleep on a condition variable. Chunks are
+ * claimed with a compare-and-swap on one word holding (job id, next chunk), so a
+ * worker that wakes late can never take a chunk of a newer job with an older job's
+ * function.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cuvil_runtime.h"
