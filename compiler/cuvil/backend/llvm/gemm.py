@@ -209,9 +209,6 @@ def _last_block(b, M, mr_full, guard, emit_rows):
 # B packed in panels of NR columns: panel p holds B[:, p*NR:(p+1)*NR] as K rows of NR
 # contiguous values (zero-padded past N). The micro-kernel then streams one contiguous
 # panel, which stays in cache across the row blocks that use it.
-# Row blocks per unit of parallel work: single blocks even out the threads best (the
-# last block and panel are short); measured 6% off ResNet-50 at 2 threads against 8.
-ROW_GROUP = 1
 
 
 def panel_width(vw: int) -> int:
@@ -272,67 +269,65 @@ def _min(b, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
-def row_groups(M: int, vw: int) -> int:
-    """Groups of ROW_GROUP row blocks (the last may be short) of an M-row packed GEMM."""
-    return -(-row_blocks(M, vw) // ROW_GROUP)
-
-
 def packed_work_items(M: int, N: int, vw: int) -> int:
-    """Units of parallel work of emit_gemm_packed: (panel, group of row blocks) pairs."""
-    return -(-N // panel_width(vw)) * row_groups(M, vw)
+    """Units of parallel work of the packed GEMMs: (panel, row block) pairs."""
+    return -(-N // panel_width(vw)) * row_blocks(M, vw)
 
 
-def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None):
-    """C = A @ B with B packed by pack_b/emit_pack_b. Work item t covers panel t // G and
-    row-block group t % G (G groups of ROW_GROUP row blocks): consecutive items share a
-    panel, and a split of the items into contiguous ranges gives each thread whole
-    panels. `items=(t0, t1)` (i64 values) limits the work.
-    `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64);
-    where it has `apply(b, row, col, vec)` (one vector of row `row` from column `col`),
-    tiles of whole vectors take it on their accumulators instead, before the store."""
+def packed_items(b, M, N, vw, items, tile):
+    """tile(row0, mr, p, valid) for the work items t in [t0, t1) (`items`, i64 values):
+    panel p = t // R and row block t % R (R row blocks of the micro-tile's height; the
+    last is short where M is not a multiple). `valid`: the columns of the last, ragged
+    panel, None for full ones. Consecutive items share a panel, so a split of the items
+    into contiguous ranges gives each thread whole panels, and the last block and panel
+    (the cheap ones) are single items: the threads' shares even out."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     panels = -(-N // nr)
     nblocks = row_blocks(M, vw)
-    groups = row_groups(M, vw)
     full_rows = M // mr_full
-    t0, t1 = items if items is not None else (i64(0), i64(packed_work_items(M, N, vw)))
     last_cols = N - (panels - 1) * nr
+    t0, t1 = items
     with for_range(b, t1, start=t0, name="wi") as t:
-        p = b.sdiv(t, i64(groups))
-        g = b.srem(t, i64(groups))
-        j0 = b.mul(p, i64(nr))
-        b_panel = b.mul(p, i64(K * nr))
-        blk0 = b.mul(g, i64(ROW_GROUP))
-        blk1 = b.add(blk0, i64(ROW_GROUP))
-        blk1 = b.select(b.icmp_signed(">", blk1, i64(nblocks)), i64(nblocks), blk1)
+        p = b.sdiv(t, i64(nblocks))
+        ib = b.srem(t, i64(nblocks))
 
-        def tile(row0, mr, valid):
-            a_row0 = b.add(a_off, b.mul(row0, i64(lda)))
-            c_row0 = b.add(c_off, b.mul(row0, i64(ldc)))
-            # a last panel of at most one vector's columns: one vector per row, not nv
-            nv_t = 1 if valid is not None and valid <= vw else nv
-            apply = getattr(epilogue, "apply", None)
-            fuse = apply is not None and (valid is None or valid % vw == 0)
-            post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)) if fuse else None
-            _tile(b, A, a_row0, lda, Bp, b_panel, nr, C, c_row0, ldc, i64(0), K, mr, nv_t, vw, ety,
-                  c_j0=j0, valid=valid, post=post)
-            if epilogue is not None and not fuse:
-                epilogue(b, row0, mr, j0, nr if valid is None else valid)
-
-        def row_blocks_of(valid):
-            full_end = b.select(b.icmp_signed("<", blk1, i64(full_rows)), blk1, i64(full_rows))
-            with for_range(b, full_end, start=blk0, name="ib") as ib:
-                tile(b.mul(ib, i64(mr_full)), mr_full, valid)
-            has_last = b.and_(b.icmp_signed("<=", blk0, i64(full_rows)), b.icmp_signed(">", blk1, i64(full_rows)))
-            _last_block(b, M, mr_full, has_last, lambda rows: tile(i64(full_rows * mr_full), rows, valid))
+        def rows_of(valid):
+            with b.if_then(b.icmp_signed("<", ib, i64(full_rows))):
+                tile(b.mul(ib, i64(mr_full)), mr_full, p, valid)
+            _last_block(b, M, mr_full, b.icmp_signed("==", ib, i64(full_rows)),
+                        lambda rows: tile(i64(full_rows * mr_full), rows, p, valid))
 
         if last_cols == nr:
-            row_blocks_of(None)
+            rows_of(None)
         else:
-            is_last = b.icmp_signed("==", p, i64(panels - 1))
-            with b.if_else(is_last) as (then, otherwise):
+            with b.if_else(b.icmp_signed("==", p, i64(panels - 1))) as (then, otherwise):
                 with then:
-                    row_blocks_of(last_cols)
+                    rows_of(last_cols)
                 with otherwise:
-                    row_blocks_of(None)
+                    rows_of(None)
+
+
+def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None):
+    """C = A @ B with B packed by pack_b/emit_pack_b, over the work items of
+    packed_items; `items=(t0, t1)` (i64 values) limits the work.
+    `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64);
+    where it has `apply(b, row, col, vec)` (one vector of row `row` from column `col`),
+    tiles of whole vectors take it on their accumulators instead, before the store."""
+    nr = panel_width(vw)
+    nv = nr // vw
+
+    def tile(row0, mr, p, valid):
+        j0 = b.mul(p, i64(nr))
+        a_row0 = b.add(a_off, b.mul(row0, i64(lda)))
+        c_row0 = b.add(c_off, b.mul(row0, i64(ldc)))
+        # a last panel of at most one vector's columns: one vector per row, not nv
+        nv_t = 1 if valid is not None and valid <= vw else nv
+        apply = getattr(epilogue, "apply", None)
+        fuse = apply is not None and (valid is None or valid % vw == 0)
+        post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)) if fuse else None
+        _tile(b, A, a_row0, lda, Bp, b.mul(p, i64(K * nr)), nr, C, c_row0, ldc, i64(0), K, mr, nv_t, vw, ety,
+              c_j0=j0, valid=valid, post=post)
+        if epilogue is not None and not fuse:
+            epilogue(b, row0, mr, j0, nr if valid is None else valid)
+    packed_items(b, M, N, vw, items if items is not None else (i64(0), i64(packed_work_items(M, N, vw))), tile)

@@ -20,7 +20,7 @@ from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, co
                    VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
                    store)
 from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
-                   row_blocks, row_groups)
+                   row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
 
@@ -296,7 +296,7 @@ def k_matmul(b, k: KernelArgs):
     if ot.dtype != "f32":
         raise BackendError(f"cuvil.matmul on {ot.dtype} is not supported by the backend yet")
     if k.packed_b:
-        # B is a constant, packed in panels at compile time: (panel, row group) work items.
+        # B is a constant, packed in panels at compile time: (panel, row block) work items.
         rows = at.numel // kk
         epi = _row_epilogue(k, 2, ot.rank - 1)
         if epi is not None and not epi.supports_cols:
@@ -451,7 +451,7 @@ def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, 
 
 # A GEMM convolution with at least this many panels packs each panel right before
 # multiplying it (one parallel loop over panels); fewer panels are packed first, then
-# the (panel, row group) items split across the threads.
+# the (panel, row block) items split across the threads.
 FUSED_PACK_PANELS = 16
 
 
@@ -490,7 +490,7 @@ def k_conv2d(b, k: KernelArgs):
             emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
                              ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))))
 
-        conv_schedule(b, k, panels, row_groups(ocg, k.vw), pack, gemm_items, xplane0,
+        conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
                       [row_base, gi])
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
@@ -613,9 +613,9 @@ def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp):
         _im2col_packed(b, k2.ins[0], xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, pp)
 
 
-def conv_schedule(b, k: KernelArgs, panels: int, groups_n: int, pack, gemm_items, xplane0, extras):
+def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras):
     """Run a GEMM conv's pack(b, k2, panel, [xplane0]) and gemm_items(b, k2, t, extras)
-    (t = panel * groups_n + row group) across the threads: with >= FUSED_PACK_PANELS
+    (t = panel * blocks + row block) across the threads: with >= FUSED_PACK_PANELS
     panels each work item packs one panel and multiplies it by all the weight rows at
     once, while it is in cache; fewer panels are all packed first, then the items split.
     Convs of dilation 1 first copy their input planes zero-padded (padded_input)."""
@@ -625,12 +625,12 @@ def conv_schedule(b, k: KernelArgs, panels: int, groups_n: int, pack, gemm_items
     if panels >= FUSED_PACK_PANELS:
         def pack_and_multiply(b, k2, pp, ex):
             pack(b, k2, pp, ex[:1])
-            with for_range(b, groups_n, name="rg") as rg:
-                gemm_items(b, k2, b.add(b.mul(pp, i64(groups_n)), rg), ex[1:])
+            with for_range(b, blocks, name="rb") as rb:
+                gemm_items(b, k2, b.add(b.mul(pp, i64(blocks)), rb), ex[1:])
         parallel(b, k, panels, pack_and_multiply, [xplane0, *extras])
     else:
         parallel(b, k, panels, pack, [xplane0])
-        parallel(b, k, groups_n * panels, gemm_items, extras)
+        parallel(b, k, blocks * panels, gemm_items, extras)
 
 
 def k_conv2d_direct(b, k: KernelArgs):

@@ -19,10 +19,8 @@ from llvmlite import ir
 
 from ...ir.ops.quant import Q4_BLOCK_BYTES, QK
 from .emit import F16, F32, i64
-from .gemm import (CONTRACT, ROW_GROUP, _last_block, _splat, _vec_ptr, micro_shape, panel_width, row_blocks,
-                   row_groups)
+from .gemm import CONTRACT, _splat, _vec_ptr, micro_shape, packed_items, panel_width
 from .loops import alloca_in_entry, for_range
-from .symbolic import is_runtime
 
 I8 = ir.IntType(8)
 HALF = QK // 2
@@ -108,40 +106,6 @@ def _run_tile(b, K, mr, nv, vw, block, C, c_row0, ldc, c_j0, valid):
                 b.store(x, b.gep(C, [b.add(crow, i64(full + j))], inbounds=True))
 
 
-def _work_items(b, M, N, vw, items, tile):
-    """(panel, row group) work items as in gemm.emit_gemm_packed; tile(row0, mr, p, valid)."""
-    mr_full, nv = micro_shape(vw)
-    nr = nv * vw
-    panels = -(-N // nr)
-    nblocks = row_blocks(M, vw)
-    groups = row_groups(M, vw)
-    full_rows = M // mr_full
-    last_cols = N - (panels - 1) * nr
-    t0, t1 = items
-    with for_range(b, t1, start=t0, name="wi") as t:
-        p = b.sdiv(t, i64(groups))  # panel-major, as gemm.emit_gemm_packed
-        blk0 = b.mul(b.srem(t, i64(groups)), i64(ROW_GROUP))
-        blk1 = b.add(blk0, i64(ROW_GROUP))
-        blk1 = b.select(b.icmp_signed(">", blk1, i64(nblocks)), i64(nblocks), blk1)
-
-        def rows_of(valid):
-            full_end = b.select(b.icmp_signed("<", blk1, i64(full_rows)), blk1, i64(full_rows))
-            with for_range(b, full_end, start=blk0, name="ib") as ib:
-                tile(b.mul(ib, i64(mr_full)), mr_full, p, valid)
-            if is_runtime(M % mr_full) or M % mr_full:
-                has_last = b.and_(b.icmp_signed("<=", blk0, i64(full_rows)), b.icmp_signed(">", blk1, i64(full_rows)))
-                _last_block(b, M, mr_full, has_last, lambda rows: tile(i64(full_rows * mr_full), rows, p, valid))
-
-        if last_cols == nr:
-            rows_of(None)
-        else:
-            with b.if_else(b.icmp_signed("==", p, i64(panels - 1))) as (then, otherwise):
-                with then:
-                    rows_of(last_cols)
-                with otherwise:
-                    rows_of(None)
-
-
 def emit_q4b_gemm(b, A, lda, Bq, C, ldc, M, N, K, vw, epilogue, items):
     """C = A @ B, A f32 [M, K] (row stride lda), B int4 in panels (Bq: i8*, pack_q4_panels).
     `epilogue(b, row0, rows, col0, cols)` runs on each finished tile."""
@@ -177,7 +141,7 @@ def emit_q4b_gemm(b, A, lda, Bq, C, ldc, M, N, K, vw, epilogue, items):
         _run_tile(b, K, mr, nv, vw, block, C, b.mul(row0, i64(ldc)), ldc, j0, valid)
         if epilogue is not None:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
-    _work_items(b, M, N, vw, items, tile)
+    packed_items(b, M, N, vw, items, tile)
 
 
 def emit_q4a_gemm(b, Aq, a_row_off, Bp, C, c_off, ldc, M, N, K, vw, epilogue, items):
@@ -213,4 +177,4 @@ def emit_q4a_gemm(b, Aq, a_row_off, Bp, C, c_off, ldc, M, N, K, vw, epilogue, it
         _run_tile(b, K, mr, nv, vw, block, C, b.add(c_off, b.mul(row0, i64(ldc))), ldc, j0, valid)
         if epilogue is not None:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
-    _work_items(b, M, N, vw, items, tile)
+    packed_items(b, M, N, vw, items, tile)

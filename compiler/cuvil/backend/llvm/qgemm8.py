@@ -51,9 +51,8 @@ from llvmlite import ir
 
 from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
-from .gemm import _splat, _vec_ptr, micro_shape, panel_width
+from .gemm import _splat, _vec_ptr, micro_shape, packed_items, panel_width
 from .loops import alloca_in_entry, for_range
-from .qgemm import _work_items
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 
@@ -474,7 +473,7 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
               j0, valid)
         if epilogue is not None:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
-    _work_items(b, M, N, vw, items, tile)
+    packed_items(b, M, N, vw, items, tile)
 
 
 def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw, aq, isa, epilogue, items):
@@ -523,4 +522,4 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
               b.mul(p, i64(nr)), valid)
         if epilogue is not None:
             epilogue(b, row0, mr, b.mul(p, i64(nr)), nr if valid is None else valid)
-    _work_items(b, M, N, vw, items, tile)
+    packed_items(b, M, N, vw, items, tile)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import BackendError
 from .emit import F32, I8, i64
-from .gemm import packed_work_items, panel_width, row_groups
+from .gemm import packed_work_items, panel_width, row_blocks
 from .kernels import KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, parallel
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
@@ -169,7 +169,7 @@ def k_conv2d_q4(b, k: KernelArgs):
             else:
                 emit_q4a_gemm(b, Aq, b.mul(g_, i64(ocg)), S, k2.out, b.mul(rb, i64(p)), p, ocg, p, kdim, k2.vw,
                               tile_epi, items=span)
-        conv_schedule(b, k, panels, row_groups(ocg, k.vw), pack, gemm_items, xplane0,
+        conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
                       [row_base, gi])
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
