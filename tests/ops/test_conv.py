@@ -73,8 +73,40 @@ class ConvBlock(nn.Module):
 @pytest.mark.parametrize("act", [nn.ReLU(), nn.ReLU6(), nn.Hardswish(), nn.LeakyReLU(0.1), nn.GELU()],
                          ids=["relu", "relu6", "hardswish", "leaky", "gelu"])
 @pytest.mark.parametrize("residual", [False, True])
-def test_conv_epilogue(act, residual):
-    check_torch(ConvBlock(act, residual), seeded(7, 2, 8, 13, 11), atol=ATOL, rtol=RTOL)
+@pytest.mark.parametrize("hw", [(13, 11), (16, 16)], ids=["transposed", "panels"])
+def test_conv_epilogue(act, residual, hw):
+    check_torch(ConvBlock(act, residual), seeded(7, 2, 8, *hw), atol=ATOL, rtol=RTOL)
+
+
+class ConvResidual(nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, r):
+        return torch.relu(self.conv(x) + r)
+
+
+@pytest.mark.parametrize("module, shape", [
+    (conv(64, 48, 3, padding=1), (1, 64, 7, 7)),                       # ResNet's last stage, smaller
+    (conv(32, 37, 3, stride=2, padding=1), (2, 32, 14, 14)),           # channels not whole vectors
+    (conv(48, 70, 1), (1, 48, 7, 7)),                                   # 1x1: the input is im2col^T
+    (conv(40, 64, 1, stride=2), (2, 40, 13, 13)),                      # strided 1x1: packed
+    (conv(16, 20, 3, padding=2, dilation=2), (1, 16, 9, 11)),          # dilation: packed per element
+    (conv(24, 33, 1), (3, 24, 1, 1)),                                   # one output position
+    (conv(24, 32, 3, padding=1, bias=False), (1, 24, 5, 3)),           # fewer positions than a vector
+    (conv(12, 18, (3, 5), stride=(2, 1), padding=(1, 2)), (1, 12, 9, 9)),
+])
+def test_small_output_planes_run_transposed(module, shape):
+    """Output planes that fill the 32-wide panels poorly (kernels.conv_transposed) run as
+    C^T = im2col^T @ W^T with W^T packed, transposed back into NCHW with the epilogue."""
+    from cuvil.backend.llvm.kernels import conv_transposed
+    x = seeded(8, *shape)
+    with torch.no_grad():
+        r = seeded(9, *module(x).shape)
+    ir = check_torch(ConvResidual(module), x, r, atol=ATOL, rtol=RTOL)
+    (op,) = [op for op in ir.main.body.ops if op.name == "cuvil.conv2d"]
+    assert conv_transposed(op)
 
 
 def test_depthwise_lowers_to_one_grouped_conv():

@@ -25,7 +25,7 @@ from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I8, I64, MEM_TYPES, PTR, i64
 from .custom import emit_custom
-from .kernels import EMITTERS, KernelArgs, k_copy, scratch_bytes
+from .kernels import EMITTERS, KernelArgs, conv_transposed, conv_weights_packed, k_copy, scratch_bytes
 from .gemm import pack_b
 from . import qkernels
 from .qgemm8 import BF16_GENERIC, GENERIC, bf16_isa, int8_isa
@@ -103,7 +103,10 @@ class _Codegen:
         return set().union(set(), *(symdim.symbols(symdim.bind(d, self.fixed)) for d in dims if isinstance(d, str)))
 
     def _packs_b(self, op) -> bool:
-        """A matmul whose B is a constant 2-D f32 matrix: B is stored packed in panels."""
+        """A matmul whose B is a constant 2-D f32 matrix, or a transposed conv
+        (kernels.conv_transposed): B / W^T is stored packed in panels."""
+        if op.name == "cuvil.conv2d":
+            return conv_transposed(op)
         if op.name != "cuvil.matmul":
             return False
         b_val = op.operands[1]
@@ -123,8 +126,9 @@ class _Codegen:
             if op.name != "cuvil.constant":
                 continue
             uses = [(u, i) for u in op.result.uses for i, v in enumerate(u.operands) if v is op.result]
-            if any(i == 1 and self._packs_b(u) for u, i in uses):
-                self._add_blob((id(op.result), "packed"), pack_b(op.value, self.vw))
+            if any(i == 1 and self._packs_b(u) for u, i in uses):  # a matmul's B or a conv's weight
+                packed = pack_b(op.value, self.vw) if op.value.ndim == 2 else conv_weights_packed(op.value, self.vw)
+                self._add_blob((id(op.result), "packed"), packed)
             if any(not _inlinable(u, i) and not (i == 1 and self._packs_b(u)) and u.name != "cuvil.dequantize"
                    for u, i in uses):
                 self._add_blob(id(op.result), op.value)

@@ -49,12 +49,25 @@ def _ld_vec(b, ptr, index, vty):
     return b.load(_vec_ptr(b, ptr, index, vty), align=4)
 
 
+def _prefetch(b, ptr):
+    """Ask for the cache line at ptr in L2 (a hint: no fault, no effect on the result)."""
+    i32 = ir.IntType(32)
+    fn = b.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
+        b.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+        name="llvm.prefetch.p0i8")
+    b.call(fn, [b.bitcast(ptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0), ir.Constant(i32, 2),
+                ir.Constant(i32, 1)])
+
+
 def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety, c_j0=None,
-          valid=None, post=None):
+          valid=None, post=None, ldk=1, ahead=None):
     """One mr x (nv*vw) tile at rows starting a_row0/c_row0 (i64 element offsets) and
-    column j0 (i64) of B; C's column is c_j0 (default j0). `valid` (int < nv*vw) stores
-    only that many leading columns (a zero-padded packed panel). `post(b, r, col, vec)`
-    maps each whole accumulator vector (tile row r, C column col) before it is stored."""
+    column j0 (i64) of B; C's column is c_j0 (default j0). A's element (row r, k) is at
+    a_row0 + r*lda + k*ldk (ldk = 1: row-major; lda = 1: A stored transposed). `valid`
+    (int < nv*vw) stores only that many leading columns (a zero-padded packed panel). `post(b, r, col, vec)`
+    maps each whole accumulator vector (tile row r, C column col) before it is stored.
+    `ahead` (i64 element offset from B's row k): each k step also prefetches that row of
+    the next panel, so a packed B streamed from memory arrives before it is needed."""
     vty = ir.VectorType(ety, vw)
     # A thin tile (a GEMV, the last rows of a block) has too few accumulators to cover the
     # FMA latency: it then sums `ks` interleaved k phases in separate accumulators.
@@ -70,8 +83,13 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
     def step(k, acc_set):
         brow = b.add(b.add(b_off, b.mul(k, i64(ldb))), j0)
         bv = [_ld_vec(b, B, b.add(brow, i64(v * vw)), vty) for v in range(nv)]
+        if ahead is not None:
+            line = 32 if _is_half(B) else 16  # elements per 64-byte line (B is f32 or fp16)
+            for e in range(0, nv * vw, line):
+                _prefetch(b, b.gep(B, [b.add(b.add(brow, ahead), i64(e))]))
         for r in range(mr):
-            av = _splat(b, _ld(b, A, b.add(b.add(a_row0, i64(r * lda)), k)), vty)
+            av = _splat(b, _ld(b, A, b.add(b.add(a_row0, i64(r * lda)), k if ldk == 1 else b.mul(k, i64(ldk)))),
+                        vty)
             for v in range(nv):
                 acc = acc_set[r][v]
                 b.store(b.fadd(b.load(acc), b.fmul(av, bv[v], flags=CONTRACT), flags=CONTRACT), acc)
@@ -308,9 +326,10 @@ def packed_items(b, M, N, vw, items, tile):
                     rows_of(None)
 
 
-def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None):
+def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None, ldk=1):
     """C = A @ B with B packed by pack_b/emit_pack_b, over the work items of
-    packed_items; `items=(t0, t1)` (i64 values) limits the work.
+    packed_items; `items=(t0, t1)` (i64 values) limits the work; A's (row, k) element
+    is at a_off + row*lda + k*ldk.
     `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64);
     where it has `apply(b, row, col, vec)` (one vector of row `row` from column `col`),
     tiles of whole vectors take it on their accumulators instead, before the store."""
@@ -327,7 +346,7 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         fuse = apply is not None and (valid is None or valid % vw == 0)
         post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)) if fuse else None
         _tile(b, A, a_row0, lda, Bp, b.mul(p, i64(K * nr)), nr, C, c_row0, ldc, i64(0), K, mr, nv_t, vw, ety,
-              c_j0=j0, valid=valid, post=post)
+              c_j0=j0, valid=valid, post=post, ldk=ldk, ahead=i64(K * nr))
         if epilogue is not None and not fuse:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items if items is not None else (i64(0), i64(packed_work_items(M, N, vw))), tile)

@@ -19,7 +19,7 @@ from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
                    store)
-from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_pack_b, packed_work_items, panel_width,
+from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_pack_b, pack_b, packed_work_items, panel_width,
                    row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
@@ -34,7 +34,7 @@ class KernelArgs:
     attrs: dict
     consts: dict[int, float] = field(default_factory=dict)  # operand index -> inlined scalar
     vw: int = 4                         # f32 lanes of the target's vector registers
-    packed_b: bool = False              # matmul: operand 1 is a constant packed by gemm.pack_b
+    packed_b: bool = False              # matmul / transposed conv: operand 1 is packed by gemm.pack_b
     scratch: ir.Value | None = None     # i8* scratch memory (see scratch_bytes)
     dims: ir.Value | None = None        # i64* runtime values of the symbolic dims (symbolic.py)
     symbols: dict = field(default_factory=dict)  # symbol -> index into dims
@@ -394,9 +394,47 @@ def scratch_bytes(op) -> int:
     _, gemm = conv_geometry(x, w, op.result.type, op.attrs)
     if not gemm:
         return 0
-    padded = padded_input(x, w, op.result.type, op.attrs)
+    return _conv_scratch(x, w, op.result.type, op.attrs, conv_transposed(op))[1]
+
+
+def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transposed: bool) -> tuple[int, int]:
+    """(element offset of the transposed result C^T, total bytes) of a GEMM conv's
+    scratch: the im2col panels (or, transposed, im2col^T; none for a transposed 1x1
+    conv, which reads its input in place), the padded input copy with PANEL_PAD * 2
+    elements of slack either side, then C^T (P + PANEL_PAD rows of OC) if transposed."""
+    pointwise, _ = conv_geometry(x, w, out, attrs)
+    padded = padded_input(x, w, out, attrs)
     extra = 0 if padded is None else (w.shape[1] * prod(padded) + 4 * PANEL_PAD) * x.itemsize
-    return _im2col_bytes(x, w, op.result.type) + extra
+    front = 0 if transposed and pointwise else _im2col_bytes(x, w, out) + extra
+    front = -(-front // 64) * 64
+    if not transposed:
+        return 0, front
+    ct = (out.shape[2] * out.shape[3] + PANEL_PAD) * w.shape[0] * 4
+    return front // 4, front + ct
+
+
+def conv_transposed(op) -> bool:
+    """Whether a conv runs transposed, C^T[P, OC] = im2col^T @ W^T with W^T packed in
+    panels at compile time (gemm.pack_b): for f32 GEMM convs with a constant weight whose
+    output planes (P = OH*OW values) would fill the 32-wide column panels poorly (P = 49
+    uses 49 of 64 lanes), the output channels take the vector lanes instead."""
+    if op.name != "cuvil.conv2d" or len(op.operands) < 2:
+        return False
+    x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
+    d = op.operands[1].defining_op
+    if d is None or d.name != "cuvil.constant" or not (x.dtype == w.dtype == out.dtype == "f32"):
+        return False
+    if not all(isinstance(v, int) for v in (*x.shape, *w.shape, *out.shape)) or op.attrs["groups"] != 1:
+        return False
+    if not conv_geometry(x, w, out, op.attrs)[1]:
+        return False
+    p = out.shape[2] * out.shape[3]
+    return p < 0.9 * -(-p // PANEL_PAD) * PANEL_PAD
+
+
+def conv_weights_packed(value, vw: int):
+    """A transposed conv's weight [OC, IC, KH, KW] as packed W^T panels (conv_transposed)."""
+    return pack_b(value.reshape(value.shape[0], -1).T, vw)
 
 
 def _imin(b, x, y):
@@ -407,10 +445,13 @@ def _imax(b, x, y):
     return b.select(b.icmp_signed(">", x, y), x, y)
 
 
-def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, panel):
+def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, panel,
+                   pitches=None, ic=None):
     """Panel `panel` (i64) of the packed im2col matrix: S[panel][r][j] for r over
     (ic, ky, kx) and j < nr, = X[ic, y*sh - pt + ky*dh, x*sw - pl + kx*dw] at column
     panel*nr + j = y*ow + x, or 0 outside the image or past the last column.
+    `pitches=(panel, row)`: S's element strides (default kdim*nr, nr); `ic` (i64): only
+    that input channel's rows.
 
     Per (r, output row y) the panel's columns are one run of x; the run splits into a
     zero head, a strided copy of one input row and a zero tail, so the inner loops are
@@ -420,7 +461,10 @@ def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, 
     c0 = b.mul(panel, i64(nr))
     c1 = _imin(b, b.add(c0, i64(nr)), i64(p))
     y_first, y_last = b.sdiv(c0, i64(ow)), b.sdiv(b.sub(c1, i64(1)), i64(ow))
-    with for_range(b, kdim, name="r") as r:
+    panel_pitch, row_pitch = pitches or (kdim * nr, nr)
+    r_lo = i64(0) if ic is None else b.mul(ic, i64(kh * kw))
+    r_hi = i64(kdim) if ic is None else b.add(r_lo, i64(kh * kw))
+    with for_range(b, r_hi, start=r_lo, name="r") as r:
         ic = b.sdiv(r, i64(kh * kw))
         ky = b.srem(b.sdiv(r, i64(kw)), i64(kh))
         kx = b.srem(r, i64(kw))
@@ -428,7 +472,7 @@ def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, 
         toff_w = b.sub(b.mul(kx, i64(dw)), i64(pl))
         ox_lo, ox_hi = _range_for_tap(b, toff_w, sw, w, ow)
         xplane = b.add(xplane0, b.mul(ic, i64(h * w)))
-        dst = b.sub(b.add(b.mul(panel, i64(kdim * nr)), b.mul(r, i64(nr))), c0)  # + column
+        dst = b.sub(b.add(b.mul(panel, i64(panel_pitch)), b.mul(r, i64(row_pitch))), c0)  # + column
         with for_range(b, b.add(y_last, i64(1)), start=y_first, name="y") as y:
             s0 = _imax(b, c0, b.mul(y, i64(ow)))                 # columns of row y in the panel
             s1 = _imin(b, c1, b.mul(b.add(y, i64(1)), i64(ow)))
@@ -462,6 +506,8 @@ def k_conv2d(b, k: KernelArgs):
     _, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
     if not gemm or k.out_type.dtype != "f32":
         return k_conv2d_direct(b, k)
+    if k.packed_b:
+        return k_conv2d_transposed(b, k)
     n, c, h, w = xt.shape
     oc, icg, kh, kw = wt.shape
     _, _, oh, ow = k.out_type.shape
@@ -494,6 +540,120 @@ def k_conv2d(b, k: KernelArgs):
                       [row_base, gi])
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
+
+
+def k_conv2d_transposed(b, k: KernelArgs):
+    """A conv_transposed convolution, per image: im2col^T (K rows of P, padded to whole
+    panels; a 1x1 conv's input planes already are that) times the packed W^T gives
+    C^T[P, OC] in scratch, which is transposed into the NCHW result vw x vw blocks at a
+    time, each channel block taking the epilogue while it is in cache."""
+    xt, wt = k.in_types[:2]
+    n, c, h, w = xt.shape
+    oc, icg, kh, kw = wt.shape
+    pointwise, _ = conv_geometry(xt, wt, k.out_type, k.attrs)
+    p, kdim, vw = k.out_type.shape[2] * k.out_type.shape[3], icg * kh * kw, k.vw
+    nr = panel_width(vw)
+    panels = -(-p // nr)
+    ct_at, _ = _conv_scratch(xt, wt, k.out_type, k.attrs, True)
+    epi_all = _row_epilogue(k, 2, 2)
+    row_epi = epi_all is not None and epi_all.supports_cols
+    padded = padded_input(xt, wt, k.out_type, k.attrs) is not None
+    ldk = p if pointwise else panels * nr
+
+    def scratch_at(b, k2, offset):
+        return b.gep(b.bitcast(k2.scratch, F32.as_pointer()), [i64(offset)], inbounds=True)
+
+    def pack(b, k2, t, ex):
+        panel, ic = b.sdiv(t, i64(icg)), b.srem(t, i64(icg))
+        S = scratch_at(b, k2, 0)
+        if padded:
+            _im2col_padded(b, k2, S, panel, pitches=(nr, ldk), ic=ic)
+        else:
+            (sh, sw), (dh, dw), (pt, pl, _, _) = k2.attrs["stride"], k2.attrs["dilation"], k2.attrs["pads"]
+            _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, *k2.out_type.shape[2:], sh, sw, dh, dw,
+                           pt, pl, "f32", nr, panel, pitches=(nr, ldk), ic=ic)
+
+    def gemm_item(b, k2, t, ex):
+        A, a_off = (k2.ins[0], ex[0]) if pointwise else (scratch_at(b, k2, 0), i64(0))
+        emit_gemm_packed(b, A, a_off, 1, k2.ins[1], scratch_at(b, k2, ct_at), i64(0), oc, p, oc, kdim, vw, F32,
+                         items=(t, b.add(t, i64(1))), ldk=ldk)
+
+    def transpose(b, k2, t, ex):
+        _transpose_channels(b, k2, scratch_at(b, k2, ct_at), b.mul(t, i64(vw)), ex[1], p, oc,
+                            _row_epilogue(k2, 2, 2) if row_epi else None)
+
+    with for_range(b, n, name="n") as ni:
+        xplane0 = b.mul(ni, i64(c * h * w))
+        if not pointwise:
+            if padded:
+                parallel(b, k, icg, lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
+            parallel(b, k, panels * icg, pack, [xplane0])
+        parallel(b, k, packed_work_items(p, oc, vw), gemm_item, [xplane0])
+        parallel(b, k, -(-oc // vw), transpose, [xplane0, ni])
+    if epi_all is not None and not row_epi:
+        _epilogue(b, k, 2)
+
+
+def _vector_transpose(b, rows):
+    """The transpose of a square block held as len(rows) vectors of as many lanes: at
+    each level h, the off-diagonal h x h blocks of every 2h x 2h block trade places."""
+    n = len(rows)
+    rows = list(rows)
+    h = n // 2
+    while h:
+        for i in range(n):
+            if i // h % 2:
+                continue
+            lo, hi = [], []
+            for j in range(n):
+                g, o = j // (2 * h) * 2 * h, j % (2 * h)
+                lo.append(g + o if o < h else n + g + o - h)
+                hi.append(g + h + o if o < h else n + g + o)
+            a, c = rows[i], rows[i + h]
+            mask = ir.IntType(32)
+            rows[i] = b.shuffle_vector(a, c, ir.Constant(ir.VectorType(mask, n), lo))
+            rows[i + h] = b.shuffle_vector(a, c, ir.Constant(ir.VectorType(mask, n), hi))
+        h //= 2
+    return rows
+
+
+def _transpose_channels(b, k2: KernelArgs, Ct, oc0, ni, p, oc, epi):
+    """Channels [oc0, oc0 + vw) of image ni from C^T[P, OC] (rows past P may be read,
+    their lanes are not stored) into the NCHW result, then the epilogue on them. A last
+    block of fewer than vw channels goes element by element."""
+    vw = k2.vw
+    vty = ir.VectorType(F32, vw)
+    plane0 = b.mul(b.add(b.mul(ni, i64(oc)), oc0), i64(p))
+
+    def block(p0, count):
+        rows = [b.load(b.bitcast(b.gep(Ct, [b.add(b.mul(b.add(p0, i64(i)), i64(oc)), oc0)], inbounds=True),
+                                 vty.as_pointer()), align=4) for i in range(vw)]
+        for lane, vec in enumerate(_vector_transpose(b, rows)):
+            dst = b.add(b.add(plane0, i64(lane * p)), p0)
+            if count == vw:
+                b.store(vec, b.bitcast(b.gep(k2.out, [dst], inbounds=True), vty.as_pointer()), align=4)
+            else:
+                for j in range(count):
+                    b.store(b.extract_element(vec, ir.Constant(ir.IntType(32), j)),
+                            b.gep(k2.out, [b.add(dst, i64(j))], inbounds=True))
+
+    full = b.icmp_signed("<=", b.add(oc0, i64(vw)), i64(oc))
+    with b.if_else(full) as (then, otherwise):
+        with then:
+            with for_range(b, p // vw, name="pb") as pb:
+                block(b.mul(pb, i64(vw)), vw)
+            if p % vw:
+                block(i64(p // vw * vw), p % vw)
+            if epi is not None:
+                epi(b, b.add(b.mul(ni, i64(oc)), oc0), vw, i64(0), p)
+        with otherwise:
+            if oc % vw:
+                with for_range(b, oc % vw, name="ch") as ch:
+                    with for_range(b, p, name="pe") as pe:
+                        v = b.load(b.gep(Ct, [b.add(b.mul(pe, i64(oc)), b.add(oc0, ch))], inbounds=True))
+                        b.store(v, b.gep(k2.out, [b.add(b.add(plane0, b.mul(ch, i64(p))), pe)], inbounds=True))
+                if epi is not None:
+                    epi(b, b.add(b.mul(ni, i64(oc)), oc0), oc % vw, i64(0), p)
 
 
 def _padded_copy(b, k2: KernelArgs, ic, xplane0):
@@ -543,13 +703,13 @@ def _padded_base(b, k2: KernelArgs):
     return b.gep(S, [i64(_im2col_bytes(xt, wt, k2.out_type) // 4 + 2 * PANEL_PAD)], inbounds=True)
 
 
-def _im2col_padded(b, k2: KernelArgs, S, panel):
+def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
     """Panel `panel` of a conv's im2col matrix from the padded input copy: the vw
     columns of each vector span at most `segs` output rows y; the lanes of row y read
     consecutive elements of the copy (row sh*y + ky, phase kx % sw, from x + kx // sw),
     so each (vector, row) is one unaligned load at an offset fixed for the panel, and the
     rows' lanes are blended by masks computed once per panel. Columns past the last are
-    zero."""
+    zero. `pitches` and `ic` as in _im2col_packed."""
     xt, wt = k2.in_types[:2]
     _, icg, kh, kw = wt.shape
     _, _, oh, ow = k2.out_type.shape
@@ -577,13 +737,15 @@ def _im2col_padded(b, k2: KernelArgs, S, panel):
             vparts.append((mask, b.add(b.mul(ya, i64(sh * pitch - ow)), cv)))
         parts.append(vparts)
     zero = ir.Constant(vty, [0.0] * vw)
-    dst0 = b.mul(panel, i64(kdim * nr))
-    with for_range(b, icg, name="ic") as ic:
+    panel_pitch, row_pitch = pitches or (kdim * nr, nr)
+    dst0 = b.mul(panel, i64(panel_pitch))
+    ic_lo = i64(0) if ic is None else ic
+    with for_range(b, i64(icg) if ic is None else b.add(ic, i64(1)), start=ic_lo, name="ic") as ic:
         with for_range(b, kh, name="ky") as ky:
             tap0 = b.add(b.mul(ic, i64(hp * pitch)), b.mul(ky, i64(pitch)))
             r0 = b.add(b.mul(ic, i64(kh * kw)), b.mul(ky, i64(kw)))
             for kx in range(kw):
-                dst = b.add(dst0, b.mul(b.add(r0, i64(kx)), i64(nr)))
+                dst = b.add(dst0, b.mul(b.add(r0, i64(kx)), i64(row_pitch)))
                 for v, vparts in enumerate(parts):
                     vec = zero
                     for mask, off in vparts:
@@ -690,6 +852,9 @@ def k_max_pool2d(b, k: KernelArgs):
     (kh, kw), (sh, sw), (pt, pl, _, _) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
     dh, dw = k.attrs.get("dilation", [1, 1])
     dt = k.out_type.dtype
+    _, _, pb, pr = k.attrs["pads"]
+    if dt in ("f32", "f16", "f64") and dh == dw == 1 and max(pt, pb) < kh and max(pl, pr) < kw:
+        return _max_pool_clamped(b, k)
 
     def plane(b, k2, nc):
         X, O = k2.ins[0], k2.out
@@ -712,6 +877,46 @@ def k_max_pool2d(b, k: KernelArgs):
                         v = b.select(ok, v, low)
                         best = b.select(b.fcmp_unordered(">", v, best) if isf else cmp(">", v, best), v, best)
                 store(b, best, O, b.add(b.mul(nc, i64(oh * ow)), b.add(b.mul(y, i64(ow)), x)), dt)
+    _rows_parallel(b, k, n * c, oh * ow * kh * kw, plane)
+
+
+def _max_pool_clamped(b, k: KernelArgs):
+    """Float max pooling of dilation 1 whose windows all overlap the image (pads smaller
+    than the kernel): a tap outside the image is moved to the nearest row / column
+    inside, which is in the same window, and max ignores repeats, so there are no masks.
+    Per output row the kh row offsets are clamped once; the columns whose taps are all
+    inside (the interior) load without clamping."""
+    n, c, h, w = k.in_types[0].shape
+    _, _, oh, ow = k.out_type.shape
+    (kh, kw), (sh, sw), (pt, pl, _, _) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
+    dt = k.out_type.dtype
+    x_lo = min(-(-pl // sw), ow)
+    x_hi = max(x_lo, min(ow, (w - kw + pl) // sw + 1))
+
+    def plane(b, k2, nc):
+        X, O = k2.ins[0], k2.out
+        xplane = b.mul(nc, i64(h * w))
+        with for_range(b, oh, name="y") as y:
+            rows = [b.add(xplane, b.mul(_imin(b, _imax(b, b.add(b.mul(y, i64(sh)), i64(i - pt)), i64(0)),
+                                              i64(h - 1)), i64(w))) for i in range(kh)]
+            orow = b.add(b.mul(nc, i64(oh * ow)), b.mul(y, i64(ow)))
+
+            def columns(x0, x1, clamp):
+                if x1 <= x0:
+                    return
+                with for_range(b, i64(x1), start=i64(x0), name="px") as x:
+                    best = None
+                    for j in range(kw):
+                        ix = b.add(b.mul(x, i64(sw)), i64(j - pl))
+                        if clamp:
+                            ix = _imin(b, _imax(b, ix, i64(0)), i64(w - 1))
+                        for r in rows:
+                            v = load(b, X, b.add(r, ix), dt)
+                            best = v if best is None else b.select(b.fcmp_unordered(">", v, best), v, best)
+                    store(b, best, O, b.add(orow, x), dt)
+            columns(0, x_lo, True)
+            columns(x_lo, x_hi, False)
+            columns(x_hi, ow, True)
     _rows_parallel(b, k, n * c, oh * ow * kh * kw, plane)
 
 
