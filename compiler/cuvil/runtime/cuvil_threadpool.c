@@ -9,8 +9,15 @@
  * claimed with a compare-and-swap on one word holding (job id, next chunk), so a
  * worker that wakes late can never take a chunk of a newer job with an older job's
  * function.
+ *
+ * On Linux with glibc, a caller that wakes sleeping workers first steers them off its
+ * own CPU (their affinity minus the caller's CPU; each worker widens it back once it
+ * runs): the scheduler tends to wake a thread on its waker's CPU, and there the worker
+ * waits behind the spinning caller. Measured on a 2-vCPU VM, MiniLM at 2 threads after
+ * 100 ms idle: caller and worker each spent ~3 ms of a 12 ms call waiting in the
+ * same run queue; back to back the call takes 6.7 ms.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include "cuvil_runtime.h"
 
 typedef void (*cuvil_task_fn)(void *ctx, int64_t begin, int64_t end);
@@ -31,6 +38,10 @@ int cuvil_get_num_threads(void) { return requested_threads; }
 
 #include <pthread.h>
 #include <time.h>
+#if defined(__linux__) && defined(__GLIBC__)
+#include <sched.h>
+#define STEER_WORKERS 1
+#endif
 
 /* How long an idle worker (and a caller whose chunks are done) spins before sleeping:
  * 2 ms. Back-to-back kernels come within microseconds, but a worker that does fall
@@ -56,7 +67,11 @@ static struct {
     uint32_t job; /* id of the current job (atomic; written under lock) */
     uint64_t claim; /* (job id << 32) | next chunk to claim (atomic) */
     uint32_t remaining; /* chunks of the current job not yet finished (atomic) */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    pthread_t thread[CUVIL_MAX_THREADS]; /* the workers (under lock) */
+    uint32_t first_job[CUVIL_MAX_THREADS]; /* the job id when each worker started */
+    int asleep[CUVIL_MAX_THREADS]; /* 1: waiting on `wake`; 2: and steered (under lock) */
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+          {0}, {0}, {0}};
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -112,23 +127,52 @@ static void run_chunks(uint32_t id, cuvil_task_fn fn, void *ctx, int64_t n, uint
     }
 }
 
+#ifdef STEER_WORKERS
+/* Before waking sleeping workers (under lock): move each off the caller's CPU. */
+static void steer_sleepers(void) {
+    int i, cpu = sched_getcpu();
+    for (i = 0; cpu >= 0 && cpu < CPU_SETSIZE && i < pool.workers; i++) {
+        cpu_set_t set;
+        if (pool.asleep[i] != 1 || pthread_getaffinity_np(pool.thread[i], sizeof set, &set) != 0) continue;
+        CPU_CLR(cpu, &set);
+        if (CPU_COUNT(&set) > 0 && pthread_setaffinity_np(pool.thread[i], sizeof set, &set) == 0) pool.asleep[i] = 2;
+    }
+}
+#endif
+
 static void *worker_main(void *arg) {
-    uint32_t seen = (uint32_t)(uintptr_t)arg;
+    int me = (int)(intptr_t)arg;
+    uint32_t seen = pool.first_job[me];
+#ifdef STEER_WORKERS
+    cpu_set_t allowed;
+    int have_mask = pthread_getaffinity_np(pthread_self(), sizeof allowed, &allowed) == 0;
+#endif
     tls_in_task = 1; /* everything a worker runs is a task: nested loops run serially */
     for (;;) {
         cuvil_task_fn fn;
         void *ctx;
         int64_t n;
         uint32_t chunks;
+        int steered;
         spin(&pool.job, seen, 0);
         pthread_mutex_lock(&pool.lock);
-        while (pool.job == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+        while (pool.job == seen) {
+            pool.asleep[me] = 1;
+            pthread_cond_wait(&pool.wake, &pool.lock);
+        }
+        steered = pool.asleep[me] == 2;
+        pool.asleep[me] = 0;
         seen = pool.job;
         fn = pool.fn;
         ctx = pool.ctx;
         n = pool.n;
         chunks = pool.chunks;
         pthread_mutex_unlock(&pool.lock);
+#ifdef STEER_WORKERS
+        if (steered && have_mask) pthread_setaffinity_np(pthread_self(), sizeof allowed, &allowed);
+#else
+        (void)steered;
+#endif
         run_chunks(seen, fn, ctx, n, chunks);
     }
     return NULL;
@@ -141,8 +185,9 @@ static void grow_pool(int want) {
     if (pool.workers >= want || pthread_attr_init(&attr) != 0) return;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     while (pool.workers < want) {
-        pthread_t tid;
-        if (pthread_create(&tid, &attr, worker_main, (void *)(uintptr_t)pool.job) != 0) break;
+        pool.first_job[pool.workers] = pool.job;
+        if (pthread_create(&pool.thread[pool.workers], &attr, worker_main, (void *)(intptr_t)pool.workers) != 0)
+            break;
         pool.workers++;
     }
     pthread_attr_destroy(&attr);
@@ -175,6 +220,9 @@ void cuvil_parallel_for(cuvil_task_fn fn, void *ctx, int64_t n) {
     __atomic_store_n(&pool.remaining, chunks, __ATOMIC_RELAXED);
     __atomic_store_n(&pool.claim, (uint64_t)id << 32, __ATOMIC_RELEASE);
     __atomic_store_n(&pool.job, id, __ATOMIC_RELEASE);
+#ifdef STEER_WORKERS
+    steer_sleepers();
+#endif
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
 

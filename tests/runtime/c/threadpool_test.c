@@ -1,7 +1,8 @@
 /* Tests of cuvil_parallel_for, run by tests/runtime/test_threadpool.py.
  * Prints one line per failed check and "ok" at the end; exits 1 on any failure. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,21 @@ static void body(void *ctx, int64_t b, int64_t e) {
     }
     if (j->sleep_ms) sleep_ms(j->sleep_ms);
 }
+
+#if defined(__linux__) && defined(__GLIBC__)
+/* Workers woken from sleep were steered off the caller's CPU: by the time they run a
+ * chunk their affinity is the one they started with again. */
+static cpu_set_t start_mask;
+static int narrowed = 0;
+
+static void mask_body(void *ctx, int64_t b, int64_t e) {
+    cpu_set_t m;
+    (void)ctx, (void)b, (void)e;
+    if (pthread_getaffinity_np(pthread_self(), sizeof m, &m) != 0 || !CPU_EQUAL(&m, &start_mask))
+        __atomic_store_n(&narrowed, 1, __ATOMIC_SEQ_CST);
+    sleep_ms(20);
+}
+#endif
 
 /* Run one loop of n on `threads` threads; check coverage and chunking. Returns the job's distinct threads. */
 static int run_loop(int threads, int64_t n, int sleep, int nested) {
@@ -177,6 +193,11 @@ int main(void) {
     before = cpu_seconds();
     sleep_ms(500);
     CHECK(cpu_seconds() - before < 0.1, "idle pool used %.3f s of CPU in 0.5 s", cpu_seconds() - before);
+#if defined(__linux__) && defined(__GLIBC__)
+    CHECK(sched_getaffinity(0, sizeof start_mask, &start_mask) == 0, "sched_getaffinity failed");
+    cuvil_parallel_for(mask_body, NULL, 4); /* wakes the sleeping workers */
+    CHECK(!narrowed, "a worker woken from sleep ran a chunk with a narrowed CPU affinity");
+#endif
 
     printf(failures ? "failed\n" : "ok\n");
     return failures ? 1 : 0;
