@@ -49,6 +49,12 @@ def _ld_vec(b, ptr, index, vty):
     return b.load(_vec_ptr(b, ptr, index, vty), align=4)
 
 
+# Tiles of at least this many rows prefetch the next panel of a packed B: they do enough
+# multiply-adds per B row to hide the extra loads. Thinner ones (a GEMV: the MLP at batch
+# 1, 10-20% slower with them) leave it to the hardware prefetcher.
+PREFETCH_ROWS = 4
+
+
 def _prefetch(b, ptr):
     """Ask for the cache line at ptr in L2 (a hint: no fault, no effect on the result)."""
     i32 = ir.IntType(32)
@@ -250,8 +256,9 @@ def packed_size(K: int, N: int, vw: int) -> int:
     return -(-N // nr) * nr * K
 
 
-def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None):
-    """Pack B[K, N] (row stride ldb) into dst at run time; `panels=(p0, p1)` limits it.
+def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None, slot=None):
+    """Pack B[K, N] (row stride ldb) into dst at run time; `panels=(p0, p1)` limits it,
+    `slot` (i64, with a single panel) packs that panel at panel slot `slot` of dst.
     Full panels copy whole vectors; the last, ragged one (N % NR columns) goes element
     by element and is zero-filled past N."""
     nr = panel_width(vw)
@@ -262,7 +269,7 @@ def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None):
         with for_range(b, _min(b, p1, i64(full)), start=p0, name="pp") as p:
             with for_range(b, K, name="pk") as k:
                 src = b.add(b.add(b_off, b.mul(k, i64(ldb))), b.mul(p, i64(nr)))
-                out = b.add(b.mul(p, i64(K * nr)), b.mul(k, i64(nr)))
+                out = b.add(b.mul(p if slot is None else slot, i64(K * nr)), b.mul(k, i64(nr)))
                 for v in range(nr // vw):
                     x = b.load(_vec_ptr(b, B, b.add(src, i64(v * vw)), vty), align=4)
                     b.store(x, _vec_ptr(b, dst, b.add(out, i64(v * vw)), vty), align=4)
@@ -274,7 +281,7 @@ def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None):
             p = i64(full)
             with for_range(b, K, name="pk") as k:
                 src = b.add(b.add(b_off, b.mul(k, i64(ldb))), b.mul(p, i64(nr)))
-                out = b.add(b.mul(p, i64(K * nr)), b.mul(k, i64(nr)))
+                out = b.add(b.mul(p if slot is None else slot, i64(K * nr)), b.mul(k, i64(nr)))
                 for j in range(nr):
                     if full * nr + j < N:
                         v = b.load(b.gep(B, [b.add(src, i64(j))], inbounds=True))
@@ -326,10 +333,12 @@ def packed_items(b, M, N, vw, items, tile):
                     rows_of(None)
 
 
-def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None, ldk=1):
+def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None, ldk=1,
+                     panel_at=None):
     """C = A @ B with B packed by pack_b/emit_pack_b, over the work items of
     packed_items; `items=(t0, t1)` (i64 values) limits the work; A's (row, k) element
-    is at a_off + row*lda + k*ldk.
+    is at a_off + row*lda + k*ldk. `panel_at` (i64): B's panel is read from that panel
+    slot of Bp, whichever panel the item computes (a panel packed just before, in cache).
     `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64);
     where it has `apply(b, row, col, vec)` (one vector of row `row` from column `col`),
     tiles of whole vectors take it on their accumulators instead, before the store."""
@@ -345,8 +354,9 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         apply = getattr(epilogue, "apply", None)
         fuse = apply is not None and (valid is None or valid % vw == 0)
         post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)) if fuse else None
-        _tile(b, A, a_row0, lda, Bp, b.mul(p, i64(K * nr)), nr, C, c_row0, ldc, i64(0), K, mr, nv_t, vw, ety,
-              c_j0=j0, valid=valid, post=post, ldk=ldk, ahead=i64(K * nr))
+        ahead = i64(K * nr) if mr >= PREFETCH_ROWS and panel_at is None else None
+        _tile(b, A, a_row0, lda, Bp, b.mul(p if panel_at is None else panel_at, i64(K * nr)), nr, C, c_row0, ldc,
+              i64(0), K, mr, nv_t, vw, ety, c_j0=j0, valid=valid, post=post, ldk=ldk, ahead=ahead)
         if epilogue is not None and not fuse:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items if items is not None else (i64(0), i64(packed_work_items(M, N, vw))), tile)

@@ -240,8 +240,10 @@ def parallel_for_decl(module: ir.Module) -> ir.Function:
     return fn
 
 
-def parallel(b, k: KernelArgs, count: int, body, extras=()):
+def parallel(b, k: KernelArgs, count: int, body, extras=(), chunk_start: bool = False):
     """Run body(b, k, i, extras) for i in [0, count) split across the runtime's threads.
+    With chunk_start, extras end with the first i of the calling thread's chunk: a slot
+    of per-i scratch that no other thread uses while this chunk runs.
 
     The body is emitted into its own task function: it must use only the KernelArgs it
     is given (pointers rebuilt inside the task) and the `extras` i64 values passed in."""
@@ -271,7 +273,7 @@ def parallel(b, k: KernelArgs, count: int, body, extras=()):
     body_block(tb)
     with emitting(FnSizes(task, k2.dims, k.symbols)):
         with for_range(tb, task.args[2], start=task.args[1], name="t") as i:
-            body(tb, k2, i, vals[len(ptrs):])
+            body(tb, k2, i, vals[len(ptrs):] + ([task.args[1]] if chunk_start else []))
     tb.ret_void()
 
 
@@ -523,10 +525,10 @@ def k_conv2d(b, k: KernelArgs):
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
         row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
 
-        def pack(b, k2, pp, ex):
-            conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp)
+        def pack(b, k2, pp, ex, slot):
+            conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp, slot)
 
-        def gemm_items(b, k2, t, ex):
+        def gemm_items(b, k2, t, ex, slot):
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
@@ -534,7 +536,7 @@ def k_conv2d(b, k: KernelArgs):
             if epi is not None and hasattr(epi, "apply"):
                 tile_epi.apply = lambda bb, r, col, vec: epi.apply(bb, bb.add(rb, r), col, vec)
             emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
-                             ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))))
+                             ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))), panel_at=slot)
 
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
                       [row_base, gi])
@@ -756,10 +758,10 @@ def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
                             align=4)
 
 
-def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp):
-    """Panel pp of a GEMM conv's B operand into S (f32): the input planes of a 1x1 conv
-    (vector copies), else the im2col matrix (vector loads from the padded input copy for
-    dilation 1, element by element otherwise)."""
+def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp, slot):
+    """Panel pp of a GEMM conv's B operand into panel slot `slot` of S (f32): the input
+    planes of a 1x1 conv (vector copies), else the im2col matrix (vector loads from the
+    padded input copy for dilation 1, element by element otherwise)."""
     xt, wt = k2.in_types[:2]
     pointwise, _ = conv_geometry(xt, wt, k2.out_type, k2.attrs)
     _, _, h, w = xt.shape
@@ -768,31 +770,38 @@ def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp):
     (sh, sw), (dh, dw), (pt, pl, _, _) = k2.attrs["stride"], k2.attrs["dilation"], k2.attrs["pads"]
     kdim, p, nr, dt = icg * kh * kw, oh * ow, panel_width(k2.vw), k2.out_type.dtype
     if pointwise:
-        emit_pack_b(b, k2.ins[0], xplane0, p, kdim, p, S, k2.vw, S.type.pointee, panels=(pp, b.add(pp, i64(1))))
-    elif padded_input(xt, wt, k2.out_type, k2.attrs) is not None:
-        _im2col_padded(b, k2, S, pp)
+        emit_pack_b(b, k2.ins[0], xplane0, p, kdim, p, S, k2.vw, S.type.pointee, panels=(pp, b.add(pp, i64(1))),
+                    slot=slot)
+        return
+    S = b.gep(S, [b.mul(slot, i64(kdim * nr))], inbounds=True)
+    if padded_input(xt, wt, k2.out_type, k2.attrs) is not None:
+        _im2col_padded(b, k2, S, pp, pitches=(0, nr))
     else:
-        _im2col_packed(b, k2.ins[0], xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, pp)
+        _im2col_packed(b, k2.ins[0], xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, pt, pl, dt, nr, pp,
+                       pitches=(0, nr))
 
 
 def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras):
-    """Run a GEMM conv's pack(b, k2, panel, [xplane0]) and gemm_items(b, k2, t, extras)
-    (t = panel * blocks + row block) across the threads: with >= FUSED_PACK_PANELS
-    panels each work item packs one panel and multiplies it by all the weight rows at
-    once, while it is in cache; fewer panels are all packed first, then the items split.
+    """Run a GEMM conv's pack(b, k2, panel, [xplane0], slot) and gemm_items(b, k2, t,
+    extras, slot) (t = panel * blocks + row block; the panel is packed at panel slot
+    `slot` of the scratch) across the threads: with >= FUSED_PACK_PANELS panels each
+    work item packs one panel and multiplies it by all the weight rows at once, while
+    it is in cache, every panel of a thread's chunk in the same slot (the first of the
+    chunk); fewer panels are all packed first, each at its own slot, then the items split.
     Convs of dilation 1 first copy their input planes zero-padded (padded_input)."""
     xt, wt = k.in_types[:2]
     if padded_input(xt, wt, k.out_type, k.attrs) is not None:
         parallel(b, k, wt.shape[1], lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
     if panels >= FUSED_PACK_PANELS:
         def pack_and_multiply(b, k2, pp, ex):
-            pack(b, k2, pp, ex[:1])
+            slot = ex[-1]  # every panel of this thread's chunk goes through one slot, kept in cache
+            pack(b, k2, pp, ex[:1], slot)
             with for_range(b, blocks, name="rb") as rb:
-                gemm_items(b, k2, b.add(b.mul(pp, i64(blocks)), rb), ex[1:])
-        parallel(b, k, panels, pack_and_multiply, [xplane0, *extras])
+                gemm_items(b, k2, b.add(b.mul(pp, i64(blocks)), rb), ex[1:-1], slot)
+        parallel(b, k, panels, pack_and_multiply, [xplane0, *extras], chunk_start=True)
     else:
-        parallel(b, k, panels, pack, [xplane0])
-        parallel(b, k, blocks * panels, gemm_items, extras)
+        parallel(b, k, panels, lambda b, k2, pp, ex: pack(b, k2, pp, ex, pp), [xplane0])
+        parallel(b, k, blocks * panels, lambda b, k2, t, ex: gemm_items(b, k2, t, ex, None), extras)
 
 
 def k_conv2d_direct(b, k: KernelArgs):

@@ -150,13 +150,13 @@ def k_conv2d_q4(b, k: KernelArgs):
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
         row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
 
-        def pack(b, k2, pp, ex):
+        def pack(b, k2, pp, ex, _slot):  # each panel at its own slot (the narrow GEMMs read panel p at p)
             S = b.bitcast(k2.scratch, k2.ins[0].type)
-            conv_pack_panel(b, k2, S, ex[0], pp)
+            conv_pack_panel(b, k2, S, ex[0], pp, pp)
             if aq:  # the panel's codes, in place
                 emit_quantize_panel(b, b.bitcast(S, F32.as_pointer()), pp, kdim, nr, aq, isa, k2.vw)
 
-        def gemm_items(b, k2, t, ex):
+        def gemm_items(b, k2, t, ex, _slot):
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             Aq = b.bitcast(k2.ins[1], I8.as_pointer())
