@@ -155,3 +155,17 @@ def test_conv2d_geometry(g):
     module = conv(g["cin"], g["cout"], g["k"], seed=g["seed"], stride=g["stride"], padding=g["padding"],
                   dilation=g["dilation"], groups=g["groups"], bias=g["bias"])
     check_torch(module, seeded(g["seed"], g["batch"], g["cin"], *g["hw"]), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("budget", [4096, 1 << 20], ids=["many-k-blocks", "default"])
+def test_transposed_conv_k_blocks(monkeypatch, budget):
+    """The transposed conv's GEMM runs K in blocks (gemm.k_blocks), later blocks adding
+    to C^T: a tiny budget splits K = 288 into 5 uneven blocks; a real one keeps 1."""
+    from cuvil.backend.llvm import gemm
+    monkeypatch.setattr(gemm, "K_BLOCK_BYTES", budget)
+    assert gemm.k_blocks(288, 49, 16) == ((5, 58) if budget == 4096 else (1, 288))
+    module = conv(32, 40, 3, padding=1)
+    x = seeded(10, 1, 32, 7, 7)
+    with torch.no_grad():
+        r = seeded(11, *module(x).shape)
+    check_torch(ConvResidual(module), x, r, atol=ATOL, rtol=RTOL)

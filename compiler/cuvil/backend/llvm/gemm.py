@@ -66,14 +66,15 @@ def _prefetch(b, ptr):
 
 
 def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety, c_j0=None,
-          valid=None, post=None, ldk=1, ahead=None):
+          valid=None, post=None, ldk=1, ahead=None, accumulate=False):
     """One mr x (nv*vw) tile at rows starting a_row0/c_row0 (i64 element offsets) and
     column j0 (i64) of B; C's column is c_j0 (default j0). A's element (row r, k) is at
     a_row0 + r*lda + k*ldk (ldk = 1: row-major; lda = 1: A stored transposed). `valid`
     (int < nv*vw) stores only that many leading columns (a zero-padded packed panel). `post(b, r, col, vec)`
     maps each whole accumulator vector (tile row r, C column col) before it is stored.
     `ahead` (i64 element offset from B's row k): each k step also prefetches that row of
-    the next panel, so a packed B streamed from memory arrives before it is needed."""
+    the next panel, so a packed B streamed from memory arrives before it is needed.
+    `accumulate`: add the product to C's tile (whole vectors) instead of overwriting it."""
     vty = ir.VectorType(ety, vw)
     # A thin tile (a GEMV, the last rows of a block) has too few accumulators to cover the
     # FMA latency: it then sums `ks` interleaved k phases in separate accumulators.
@@ -81,10 +82,14 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
     sets = [[[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)] for _ in range(ks)]
     accs = sets[0]
     zero = ir.Constant(vty, [0.0] * vw)
-    for acc_set in sets:
-        for row in acc_set:
-            for a in row:
-                b.store(zero, a)
+    for si, acc_set in enumerate(sets):
+        for r, row in enumerate(acc_set):
+            for v, a in enumerate(row):
+                if accumulate and si == 0:
+                    at = b.add(b.add(c_row0, i64(r * ldc)), b.add(j0 if c_j0 is None else c_j0, i64(v * vw)))
+                    b.store(b.load(_vec_ptr(b, C, at, vty), align=4), a)
+                else:
+                    b.store(zero, a)
 
     def step(k, acc_set):
         brow = b.add(b.add(b_off, b.mul(k, i64(ldb))), j0)
@@ -360,3 +365,43 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         if epilogue is not None and not fuse:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items if items is not None else (i64(0), i64(packed_work_items(M, N, vw))), tile)
+
+
+# A K block of a panel-at-a-time GEMM keeps its share of A (all M rows) and of the B
+# panel (this one and the prefetched next) within about half of a 2 MiB L2.
+K_BLOCK_BYTES = 1 << 20
+
+
+def k_blocks(K: int, M: int, vw: int) -> tuple[int, int]:
+    """(count, length) of the K blocks of emit_gemm_panel for an f32 A of M rows."""
+    length = max(64, K_BLOCK_BYTES // ((M + 2 * panel_width(vw)) * 4))
+    count = -(-K // length)
+    return count, -(-K // count)
+
+
+def emit_gemm_panel(b, A, a_off, lda, ldk, Bp, C, ldc, M, K, vw, ety, panel):
+    """C[:, panel*NR : (panel+1)*NR] = A @ B's panel `panel` (i64; B packed by pack_b;
+    whole panels are stored, so ldc covers N rounded up to panels). A's (row, k) element
+    is at a_off + row*lda + k*ldk. K runs in k_blocks: every row block of one K block
+    before the next, while that block of A and of the panel are in cache; later blocks
+    add to C. Each step also prefetches the B rows the next block (or the next panel's
+    first block) will read."""
+    mr_full, nv = micro_shape(vw)
+    nr = nv * vw
+    count, length = k_blocks(K, M, vw)
+    j0 = b.mul(panel, i64(nr))
+    for kb in range(count):
+        k0 = kb * length
+        kl = min(length, K - k0)
+        ahead = i64((length if kb + 1 < count else K - k0) * nr)
+
+        def rows(row0, mr):
+            _tile(b, A, b.add(b.add(a_off, b.mul(row0, i64(lda))), i64(k0 * ldk)), lda, Bp,
+                  b.add(b.mul(panel, i64(K * nr)), i64(k0 * nr)), nr, C, b.mul(row0, i64(ldc)), ldc, i64(0), kl,
+                  mr, nv, vw, ety, c_j0=j0, ldk=ldk, ahead=ahead if mr >= PREFETCH_ROWS else None,
+                  accumulate=kb > 0)
+        if M // mr_full:
+            with for_range(b, M // mr_full, name="ib") as ib:
+                rows(b.mul(ib, i64(mr_full)), mr_full)
+        if M % mr_full:
+            rows(i64(M // mr_full * mr_full), M % mr_full)

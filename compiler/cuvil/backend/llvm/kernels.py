@@ -19,8 +19,8 @@ from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
                    store)
-from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_pack_b, pack_b, packed_work_items, panel_width,
-                   row_blocks)
+from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_gemm_panel, emit_pack_b, pack_b, packed_work_items,
+                   panel_width, row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
 
@@ -411,7 +411,7 @@ def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transpos
     front = -(-front // 64) * 64
     if not transposed:
         return 0, front
-    ct = (out.shape[2] * out.shape[3] + PANEL_PAD) * w.shape[0] * 4
+    ct = (out.shape[2] * out.shape[3] + PANEL_PAD) * (w.shape[0] + PANEL_PAD) * 4
     return front // 4, front + ct
 
 
@@ -575,13 +575,14 @@ def k_conv2d_transposed(b, k: KernelArgs):
             _im2col_packed(b, k2.ins[0], ex[0], S, icg, h, w, kh, kw, *k2.out_type.shape[2:], sh, sw, dh, dw,
                            pt, pl, "f32", nr, panel, pitches=(nr, ldk), ic=ic)
 
-    def gemm_item(b, k2, t, ex):
+    ldct = -(-oc // nr) * nr  # C^T rows hold whole panels
+
+    def gemm_panel(b, k2, t, ex):
         A, a_off = (k2.ins[0], ex[0]) if pointwise else (scratch_at(b, k2, 0), i64(0))
-        emit_gemm_packed(b, A, a_off, 1, k2.ins[1], scratch_at(b, k2, ct_at), i64(0), oc, p, oc, kdim, vw, F32,
-                         items=(t, b.add(t, i64(1))), ldk=ldk)
+        emit_gemm_panel(b, A, a_off, 1, ldk, k2.ins[1], scratch_at(b, k2, ct_at), ldct, p, kdim, vw, F32, t)
 
     def transpose(b, k2, t, ex):
-        _transpose_channels(b, k2, scratch_at(b, k2, ct_at), b.mul(t, i64(vw)), ex[1], p, oc,
+        _transpose_channels(b, k2, scratch_at(b, k2, ct_at), ldct, b.mul(t, i64(vw)), ex[1], p, oc,
                             _row_epilogue(k2, 2, 2) if row_epi else None)
 
     with for_range(b, n, name="n") as ni:
@@ -590,7 +591,7 @@ def k_conv2d_transposed(b, k: KernelArgs):
             if padded:
                 parallel(b, k, icg, lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
             parallel(b, k, panels * icg, pack, [xplane0])
-        parallel(b, k, packed_work_items(p, oc, vw), gemm_item, [xplane0])
+        parallel(b, k, -(-oc // nr), gemm_panel, [xplane0])
         parallel(b, k, -(-oc // vw), transpose, [xplane0, ni])
     if epi_all is not None and not row_epi:
         _epilogue(b, k, 2)
@@ -619,8 +620,8 @@ def _vector_transpose(b, rows):
     return rows
 
 
-def _transpose_channels(b, k2: KernelArgs, Ct, oc0, ni, p, oc, epi):
-    """Channels [oc0, oc0 + vw) of image ni from C^T[P, OC] (rows past P may be read,
+def _transpose_channels(b, k2: KernelArgs, Ct, ldct, oc0, ni, p, oc, epi):
+    """Channels [oc0, oc0 + vw) of image ni from C^T[P, OC] (row stride ldct; rows past P may be read,
     their lanes are not stored) into the NCHW result, then the epilogue on them. A last
     block of fewer than vw channels goes element by element."""
     vw = k2.vw
@@ -628,7 +629,7 @@ def _transpose_channels(b, k2: KernelArgs, Ct, oc0, ni, p, oc, epi):
     plane0 = b.mul(b.add(b.mul(ni, i64(oc)), oc0), i64(p))
 
     def block(p0, count):
-        rows = [b.load(b.bitcast(b.gep(Ct, [b.add(b.mul(b.add(p0, i64(i)), i64(oc)), oc0)], inbounds=True),
+        rows = [b.load(b.bitcast(b.gep(Ct, [b.add(b.mul(b.add(p0, i64(i)), i64(ldct)), oc0)], inbounds=True),
                                  vty.as_pointer()), align=4) for i in range(vw)]
         for lane, vec in enumerate(_vector_transpose(b, rows)):
             dst = b.add(b.add(plane0, i64(lane * p)), p0)
@@ -652,7 +653,7 @@ def _transpose_channels(b, k2: KernelArgs, Ct, oc0, ni, p, oc, epi):
             if oc % vw:
                 with for_range(b, oc % vw, name="ch") as ch:
                     with for_range(b, p, name="pe") as pe:
-                        v = b.load(b.gep(Ct, [b.add(b.mul(pe, i64(oc)), b.add(oc0, ch))], inbounds=True))
+                        v = b.load(b.gep(Ct, [b.add(b.mul(pe, i64(ldct)), b.add(oc0, ch))], inbounds=True))
                         b.store(v, b.gep(k2.out, [b.add(b.add(plane0, b.mul(ch, i64(p))), pe)], inbounds=True))
                 if epi is not None:
                     epi(b, b.add(b.mul(ni, i64(oc)), oc0), oc % vw, i64(0), p)
