@@ -403,7 +403,8 @@ def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transpos
     """(element offset of the transposed result C^T, total bytes) of a GEMM conv's
     scratch: the im2col panels (or, transposed, im2col^T; none for a transposed 1x1
     conv, which reads its input in place), the padded input copy with PANEL_PAD * 2
-    elements of slack either side, then C^T (P + PANEL_PAD rows of OC) if transposed."""
+    elements of slack either side, then C^T (P + PANEL_PAD rows of OC + PANEL_PAD: whole
+    panels) if transposed."""
     pointwise, _ = conv_geometry(x, w, out, attrs)
     padded = padded_input(x, w, out, attrs)
     extra = 0 if padded is None else (w.shape[1] * prod(padded) + 4 * PANEL_PAD) * x.itemsize
