@@ -82,11 +82,6 @@ def test_mobilenet_int8_on_the_host_and_aarch64(bazel, tmp_path):
     assert "aarch64" in file_out, file_out
 
 
-def _host_has_avx512_bf16() -> bool:
-    with open("/proc/cpuinfo") as f:
-        return " avx512_bf16" in f.read()
-
-
 def test_bf16_flag_on_the_avx512_platform(bazel, tmp_path):
     """`--//cuvil:precision=bf16` with `--platforms=//platforms:linux_x86_64_avx512`: the
     manifest says bf16, the object multiplies with vdpbf16ps, and (on a CPU that has
@@ -98,7 +93,8 @@ def test_bf16_flag_on_the_avx512_platform(bazel, tmp_path):
     asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(exe)], capture_output=True, text=True,
                          check=True).stdout
     assert "vdpbf16ps" in asm and "zmm" in asm
-    if not _host_has_avx512_bf16():
+    from cuvil.backend.llvm.target import host_target
+    if not host_target().has_feature("avx512bf16"):
         return  # built and inspected; this CPU cannot run it
     x = np.random.default_rng(5).random((1, 784), dtype=np.float32)
     got = _run_npy(exe, x, tmp_path)

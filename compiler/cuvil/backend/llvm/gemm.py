@@ -55,14 +55,15 @@ def _ld_vec(b, ptr, index, vty):
 PREFETCH_ROWS = 4
 
 
-def _prefetch(b, ptr):
-    """Ask for the cache line at ptr in L2 (a hint: no fault, no effect on the result)."""
-    i32 = ir.IntType(32)
+def prefetch_run(b, ptr, index, count: int, elem_bytes: int):
+    """Ask for the cache lines of ptr[index : index + count] in L2, one prefetch per
+    64-byte line (a hint: no fault, no effect on the result)."""
+    i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
     fn = b.module.globals.get("llvm.prefetch.p0i8") or ir.Function(
-        b.module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
-        name="llvm.prefetch.p0i8")
-    b.call(fn, [b.bitcast(ptr, ir.IntType(8).as_pointer()), ir.Constant(i32, 0), ir.Constant(i32, 2),
-                ir.Constant(i32, 1)])
+        b.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), name="llvm.prefetch.p0i8")
+    for e in range(0, count, 64 // elem_bytes):
+        at = b.gep(ptr, [b.add(index, i64(e))])  # not inbounds: past the last panel it may leave the blob
+        b.call(fn, [b.bitcast(at, i8p), ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
 
 
 def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety, c_j0=None,
@@ -70,8 +71,9 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
     """One mr x (nv*vw) tile at rows starting a_row0/c_row0 (i64 element offsets) and
     column j0 (i64) of B; C's column is c_j0 (default j0). A's element (row r, k) is at
     a_row0 + r*lda + k*ldk (ldk = 1: row-major; lda = 1: A stored transposed). `valid`
-    (int < nv*vw) stores only that many leading columns (a zero-padded packed panel). `post(b, r, col, vec)`
-    maps each whole accumulator vector (tile row r, C column col) before it is stored.
+    (int < nv*vw) stores only that many leading columns (a zero-padded packed panel).
+    `post(b, r, col, vec)` maps each whole accumulator vector (tile row r, C column col)
+    before it is stored.
     `ahead` (i64 element offset from B's row k): each k step also prefetches that row of
     the next panel, so a packed B streamed from memory arrives before it is needed.
     `accumulate`: add the product to C's tile (whole vectors) instead of overwriting it."""
@@ -95,9 +97,7 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
         brow = b.add(b.add(b_off, b.mul(k, i64(ldb))), j0)
         bv = [_ld_vec(b, B, b.add(brow, i64(v * vw)), vty) for v in range(nv)]
         if ahead is not None:
-            line = 32 if _is_half(B) else 16  # elements per 64-byte line (B is f32 or fp16)
-            for e in range(0, nv * vw, line):
-                _prefetch(b, b.gep(B, [b.add(b.add(brow, ahead), i64(e))]))
+            prefetch_run(b, B, b.add(brow, ahead), nv * vw, 2 if _is_half(B) else 4)
         for r in range(mr):
             av = _splat(b, _ld(b, A, b.add(b.add(a_row0, i64(r * lda)), k if ldk == 1 else b.mul(k, i64(ldk)))),
                         vty)
@@ -338,12 +338,12 @@ def packed_items(b, M, N, vw, items, tile):
                     rows_of(None)
 
 
-def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None, ldk=1,
+def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None,
                      panel_at=None):
     """C = A @ B with B packed by pack_b/emit_pack_b, over the work items of
-    packed_items; `items=(t0, t1)` (i64 values) limits the work; A's (row, k) element
-    is at a_off + row*lda + k*ldk. `panel_at` (i64): B's panel is read from that panel
-    slot of Bp, whichever panel the item computes (a panel packed just before, in cache).
+    packed_items; `items=(t0, t1)` (i64 values) limits the work. `panel_at` (i64): B's
+    panel is read from that panel slot of Bp, whichever panel the item computes (a
+    panel packed just before, in cache).
     `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64);
     where it has `apply(b, row, col, vec)` (one vector of row `row` from column `col`),
     tiles of whole vectors take it on their accumulators instead, before the store."""
@@ -361,7 +361,7 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)) if fuse else None
         ahead = i64(K * nr) if mr >= PREFETCH_ROWS and panel_at is None else None
         _tile(b, A, a_row0, lda, Bp, b.mul(p if panel_at is None else panel_at, i64(K * nr)), nr, C, c_row0, ldc,
-              i64(0), K, mr, nv_t, vw, ety, c_j0=j0, valid=valid, post=post, ldk=ldk, ahead=ahead)
+              i64(0), K, mr, nv_t, vw, ety, c_j0=j0, valid=valid, post=post, ahead=ahead)
         if epilogue is not None and not fuse:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items if items is not None else (i64(0), i64(packed_work_items(M, N, vw))), tile)

@@ -51,7 +51,7 @@ from llvmlite import ir
 
 from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
-from .gemm import PREFETCH_ROWS, _prefetch, _splat, _vec_ptr, micro_shape, packed_items, panel_width
+from .gemm import PREFETCH_ROWS, _splat, _vec_ptr, micro_shape, packed_items, panel_width, prefetch_run
 from .loops import alloca_in_entry, for_range
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
@@ -459,9 +459,8 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
             brow = b.add(panel, b.mul(kg, i64(nr * g)))
             bv = [_group_vec(b, codes, b.add(brow, i64(v * vw * g)), vw, isa, I16 if isa.bf16 else I8)
                   for v in range(nv)]
-            per_line = 32 if isa.bf16 else 64  # codes per 64-byte line
-            for e in range(0, nr * g if mr >= PREFETCH_ROWS else 0, per_line):  # this row, next panel
-                _prefetch(b, b.gep(codes, [b.add(brow, i64(kg_n * nr * g + e))]))
+            if mr >= PREFETCH_ROWS:  # this group row of the next panel
+                prefetch_run(b, codes, b.add(brow, i64(kg_n * nr * g)), nr * g, 2 if isa.bf16 else 1)
             if g == 2 and not isa.bf16:
                 bv = [b.sext(x, ir.VectorType(I16, vw * g)) for x in bv]
             av = [_bcast(b, q32, b.add(b.add(arow, i64(r * kg_n)), kg), vw, isa) for r in range(mr)]
