@@ -19,8 +19,8 @@ from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
                    store)
-from .gemm import (_splat, emit_gemm, emit_gemm_packed, emit_gemm_panel, emit_pack_b, pack_b, packed_work_items,
-                   panel_width, row_blocks)
+from .gemm import (_splat, blocked_gemm, emit_gemm, emit_gemm_blocked, emit_gemm_packed, emit_gemm_panel,
+                   emit_pack_b, pack_b, packed_work_items, panel_width, row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
 
@@ -240,10 +240,11 @@ def parallel_for_decl(module: ir.Module) -> ir.Function:
     return fn
 
 
-def parallel(b, k: KernelArgs, count: int, body, extras=(), chunk_start: bool = False):
+def parallel(b, k: KernelArgs, count: int, body, extras=(), chunk_start: bool = False, ranges: bool = False):
     """Run body(b, k, i, extras) for i in [0, count) split across the runtime's threads.
     With chunk_start, extras end with the first i of the calling thread's chunk: a slot
-    of per-i scratch that no other thread uses while this chunk runs.
+    of per-i scratch that no other thread uses while this chunk runs. With ranges, the
+    body runs once per chunk, as body(b, k, (begin, end), extras).
 
     The body is emitted into its own task function: it must use only the KernelArgs it
     is given (pointers rebuilt inside the task) and the `extras` i64 values passed in."""
@@ -272,8 +273,11 @@ def parallel(b, k: KernelArgs, count: int, body, extras=(), chunk_start: bool = 
     # Sizes used in the body materialise in the task, from its own copy of the symbols.
     body_block(tb)
     with emitting(FnSizes(task, k2.dims, k.symbols)):
-        with for_range(tb, task.args[2], start=task.args[1], name="t") as i:
-            body(tb, k2, i, vals[len(ptrs):] + ([task.args[1]] if chunk_start else []))
+        if ranges:
+            body(tb, k2, (task.args[1], task.args[2]), vals[len(ptrs):])
+        else:
+            with for_range(tb, task.args[2], start=task.args[1], name="t") as i:
+                body(tb, k2, i, vals[len(ptrs):] + ([task.args[1]] if chunk_start else []))
     tb.ret_void()
 
 
@@ -298,11 +302,18 @@ def k_matmul(b, k: KernelArgs):
     if ot.dtype != "f32":
         raise BackendError(f"cuvil.matmul on {ot.dtype} is not supported by the backend yet")
     if k.packed_b:
-        # B is a constant, packed in panels at compile time: (panel, row block) work items.
+        # B is a constant, packed in panels at compile time: (panel, row block) work items,
+        # or (blocked_gemm) ranges of panels, each K-blocked.
         rows = at.numel // kk
         epi = _row_epilogue(k, 2, ot.rank - 1)
         if epi is not None and not epi.supports_cols:
             raise BackendError("matmul epilogue cannot be applied per tile")
+        if blocked_gemm(rows, n, k.vw):
+            def panel_range(b, k2, panels, _):
+                emit_gemm_blocked(b, k2.ins[0], i64(0), kk, k2.ins[1], k2.out, i64(0), n, rows, n, kk, k2.vw, ety,
+                                  _row_epilogue(k2, 2, ot.rank - 1), panels=panels)
+            parallel(b, k, -(-n // panel_width(k.vw)), panel_range, ranges=True)
+            return
 
         def packed_items(b, k2, t, _):
             emit_gemm_packed(b, k2.ins[0], i64(0), kk, k2.ins[1], k2.out, i64(0), n, rows, n, kk, k2.vw, ety,
@@ -529,18 +540,29 @@ def k_conv2d(b, k: KernelArgs):
         def pack(b, k2, pp, ex, slot):
             conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp, slot)
 
-        def gemm_items(b, k2, t, ex, slot):
-            rb, g_ = ex
-            S = b.bitcast(k2.scratch, k2.ins[0].type)
+        def tile_epilogue_of(k2, rb):
             epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
             tile_epi = None if epi is None else (lambda bb, r0, mr, c0, nc: epi(bb, bb.add(rb, r0), mr, c0, nc))
             if epi is not None and hasattr(epi, "apply"):
                 tile_epi.apply = lambda bb, r, col, vec: epi.apply(bb, bb.add(rb, r), col, vec)
+            return tile_epi
+
+        def gemm_items(b, k2, t, ex, slot):
+            rb, g_ = ex
+            S = b.bitcast(k2.scratch, k2.ins[0].type)
             emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
-                             ocg, p, kdim, k2.vw, ety, tile_epi, items=(t, b.add(t, i64(1))), panel_at=slot)
+                             ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), items=(t, b.add(t, i64(1))),
+                             panel_at=slot)
+
+        def gemm_panel(b, k2, pp, ex, slot):  # all weight rows times panel pp, K-blocked
+            rb, g_ = ex
+            S = b.bitcast(k2.scratch, k2.ins[0].type)
+            emit_gemm_blocked(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
+                              ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), panels=(pp, b.add(pp, i64(1))),
+                              panel_at=slot)
 
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
-                      [row_base, gi])
+                      [row_base, gi], gemm_panel if blocked_gemm(ocg, p, k.vw) else None)
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
 
@@ -782,13 +804,14 @@ def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp, slot):
         _im2col_panel(b, k2, b.gep(S, [b.mul(slot, i64(kdim * nr))], inbounds=True), xplane0, pp, (0, nr))
 
 
-def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras):
+def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras, gemm_panel=None):
     """Run a GEMM conv's pack(b, k2, panel, [xplane0], slot) and gemm_items(b, k2, t,
     extras, slot) (t = panel * blocks + row block; the panel is packed at panel slot
     `slot` of the scratch) across the threads: with >= FUSED_PACK_PANELS panels each
     work item packs one panel and multiplies it by all the weight rows at once, while
     it is in cache, every panel of a thread's chunk in the same slot (the first of the
-    chunk); fewer panels are all packed first, each at its own slot, then the items split.
+    chunk), by gemm_panel(b, k2, panel, extras, slot) where given, else item by item;
+    fewer panels are all packed first, each at its own slot, then the items split.
     Convs of dilation 1 first copy their input planes zero-padded (padded_input)."""
     xt, wt = k.in_types[:2]
     if padded_input(xt, wt, k.out_type, k.attrs) is not None:
@@ -797,6 +820,9 @@ def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, 
         def pack_and_multiply(b, k2, pp, ex):
             slot = ex[-1]  # every panel of this thread's chunk goes through one slot, kept in cache
             pack(b, k2, pp, ex[:1], slot)
+            if gemm_panel is not None:
+                gemm_panel(b, k2, pp, ex[1:-1], slot)
+                return
             with for_range(b, blocks, name="rb") as rb:
                 gemm_items(b, k2, b.add(b.mul(pp, i64(blocks)), rb), ex[1:-1], slot)
         parallel(b, k, panels, pack_and_multiply, [xplane0, *extras], chunk_start=True)
