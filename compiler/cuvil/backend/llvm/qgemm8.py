@@ -371,13 +371,15 @@ def _dot_bf16(b, isa, acc, act, wt, vw):
         bty = ir.VectorType(BFLOAT, 2 * vw)
         return _intrinsic(b, f"llvm.x86.avx512bf16.dpbf16ps.{32 * vw}", fty,
                           [acc, b.bitcast(act, bty), b.bitcast(wt, bty)])
-    wide = ir.VectorType(I32, 2 * vw)
+    pairs = ir.VectorType(I32, vw)
 
-    def widen(v, i):  # the i-th element of each pair, as f32 (a bf16 is the top half of an f32)
-        x = b.shl(b.zext(v, wide), ir.Constant(wide, [16] * (2 * vw)))
-        half = b.shuffle_vector(x, ir.Constant(wide, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, vw), [2 * j + i for j in range(vw)]))
-        return b.bitcast(half, fty)
+    def widen(v, i):
+        """The i-th element of each pair as f32: a bf16 is the top half of an f32, and a
+        pair read as one little-endian i32 holds element 0 in its low half, element 1
+        in its high half (one shift or mask per vector, no shuffles)."""
+        x = b.bitcast(v, pairs)
+        x = b.shl(x, ir.Constant(pairs, [16] * vw)) if i == 0 else b.and_(x, ir.Constant(pairs, [-65536] * vw))
+        return b.bitcast(x, fty)
     for i in range(2):
         acc = b.fadd(acc, b.fmul(widen(act, i), widen(wt, i), flags=("contract",)), flags=("contract",))
     return acc
