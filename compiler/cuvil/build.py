@@ -509,6 +509,10 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
                                 **_int8_report(module.main.attrs.get("quantization"))}
     manifest["precision"] = {"compute": opts.get("precision", "f32"),
                              **(module.main.attrs.get("precision") or {})}
+    if manifest["precision"]["compute"] == "bf16":
+        from .backend.llvm.qgemm8 import bf16_isa
+        # "dpbf16ps": AVX-512-BF16 instructions; "bf16": the same arithmetic in plain vector code
+        manifest["precision"]["kernel"] = bf16_isa(target, max(target.vector_bits // 32, 1)).dot
     manifest["plugins"] = {"postprocess": plugins["postprocess"], "custom_ops": used}
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / f"{name}.o", compile_to_object(gen.llvm_ir + signature_ir(name, target.triple), target))
@@ -663,6 +667,10 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
     if prec.get("compute") == "bf16":
         log(f"[compile] precision bf16: {prec.get('bf16_ops', 0)} conv2d/matmul ops in bfloat16; weights "
             f"{q['weight_bytes_fp32']} bytes (fp32) -> {q['weight_bytes']} bytes")
+        if prec.get("kernel") != "dpbf16ps":
+            log("[compile] precision bf16: the target has no AVX-512-BF16, so the bf16 products run as plain "
+                "vector code: the same results, slower than f32 (about 2x on an AVX2 core); f32 is the faster "
+                "choice there")
     if q.get("method", "none") != "none":
         log(f"[compile] weights {q['weight_bytes_fp32']} bytes (fp32) -> {q['weight_bytes']} bytes ({q['method']})")
         if "int8_ops" in q:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from cuvil.backend.llvm.target import host_target
 from cuvil.build import build
 from cuvil.cli import main
 from cuvil.config import load_config
@@ -48,7 +49,10 @@ def test_bf16_build_from_the_config(tmp_path):
     assert np.abs(got - fp32).max() > 1e-6 * scale          # really bf16
     assert any(line.startswith("[compile] precision bf16: 2 conv2d/matmul ops") for line in logs), logs
     manifest = json.loads(next((tmp_path / "c").rglob("tiny.json")).read_text())
-    assert manifest["precision"] == {"compute": "bf16", "bf16_ops": 2}
+    native = host_target().has_feature("avx512bf16")  # the config's target is the host
+    assert manifest["precision"] == {"compute": "bf16", "bf16_ops": 2, "kernel": "dpbf16ps" if native else "bf16"}
+    # without the instructions, the log says so (and that f32 is faster there)
+    assert any("no AVX-512-BF16" in line for line in logs) == (not native), logs
 
 
 def test_compile_precision_flag_matches_the_config_and_is_deterministic(tmp_path):
