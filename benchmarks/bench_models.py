@@ -50,6 +50,9 @@ MODELS: dict[str, ModelSpec] = {
     "resnet50": ModelSpec("resnet50", "ResNet-50 224x224 b1", "resnet",
                           full=dict(layers=(3, 4, 6, 3), size=224, classes=1000),
                           quick=dict(layers=(1, 1, 1, 1), size=32, classes=10)),
+    "mobilenetv2": ModelSpec("mobilenetv2", "MobileNetV2 224x224 b1", "mobilenet_v2",
+                             full=dict(size=224, classes=1000, width=1.0),
+                             quick=dict(size=32, classes=10, width=0.25)),
     "bert-base": ModelSpec("bert-base", "BERT-base seq 128 b1", "bert",
                            full=dict(seq=128, **BERT_BASE), quick=dict(seq=16, **BERT_QUICK)),
     "minilm": ModelSpec("minilm", "all-MiniLM-L6-v2-shaped seq 128 b1", "bert",
@@ -70,6 +73,11 @@ def build(key: str, quick: bool = False):
         model = resnet.ResNet(resnet.Bottleneck, list(p["layers"]), p["classes"])
         randomize_norm_stats_(model)
         return model.eval(), resnet.example_inputs(size=p["size"]), ["x"]
+    if spec.source == "mobilenet_v2":
+        from examples.models import mobilenet_v2, randomize_norm_stats_
+        model = mobilenet_v2.mobilenet_v2(num_classes=p["classes"], width_mult=p["width"])
+        randomize_norm_stats_(model)
+        return model.eval(), mobilenet_v2.example_inputs(size=p["size"]), ["x"]
     if spec.source == "bert":
         from examples.models import bert
         cfg = bert.BertConfig(**{k: v for k, v in p.items() if k != "seq"})

@@ -1,6 +1,6 @@
 """Cuvil against torch eager, ONNX Runtime and OpenVINO, side by side in one run.
 
-    python benchmarks/compare.py [--models resnet50,bert-base,minilm,mlp] [--threads 1,2]
+    python benchmarks/compare.py [--models resnet50,mobilenetv2,bert-base,minilm,mlp] [--threads 1,2]
                                  [--reps 20] [--cold-runs 5] [--quick] [--out-dir DIR]
 
 For each model and thread count every system runs on the same inputs, interleaved

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "compare.py"
 SYSTEMS = ["cuvil", "cuvil-bf16", "torch", "ort", "ov-f32", "ov-default"]
-MODELS = ["resnet50", "bert-base", "minilm", "mlp"]
+MODELS = ["resnet50", "mobilenetv2", "bert-base", "minilm", "mlp"]
 
 
 def test_compare_quick(tmp_path):
