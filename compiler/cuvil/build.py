@@ -668,9 +668,9 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
         log(f"[compile] precision bf16: {prec.get('bf16_ops', 0)} conv2d/matmul ops in bfloat16; weights "
             f"{q['weight_bytes_fp32']} bytes (fp32) -> {q['weight_bytes']} bytes")
         if prec.get("kernel") != "dpbf16ps":
-            log("[compile] precision bf16: the target has no AVX-512-BF16, so the bf16 products run as plain "
-                "vector code: the same results, slower than f32 (about 2x on an AVX2 core); f32 is the faster "
-                "choice there")
+            log("[compile] precision bf16: the target has no AVX-512-BF16: the bf16 products run in the f32 "
+                "kernels (the same results, about f32's speed); matmul weights stay bf16, conv weights are "
+                "stored as f32")
     if q.get("method", "none") != "none":
         log(f"[compile] weights {q['weight_bytes_fp32']} bytes (fp32) -> {q['weight_bytes']} bytes ({q['method']})")
         if "int8_ops" in q:

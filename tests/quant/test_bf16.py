@@ -89,6 +89,76 @@ def test_bf16_conv_packing_each_panel_before_its_gemm_matches_the_interpreter(is
     _check(_Convs().eval(), x, 512, isa)
 
 
+class _WideLinears(torch.nn.Module):
+    """Enough rows and columns for the L1-blocked GEMM of narrow vectors (gemm.blocked_gemm),
+    K over several of its K blocks, N ragged against the panels."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1 = torch.nn.Linear(600, 70)
+        self.l2 = torch.nn.Linear(70, 33, bias=False)
+
+    def forward(self, x):
+        return self.l2(torch.relu(self.l1(x)))
+
+
+class _BigConvs(torch.nn.Module):
+    """Convs over >= 16 panels (each packed right before its GEMM), enough output channels
+    for the blocked GEMM: 3x3 from the padded input copy, pointwise (packed plane copies),
+    dilated (im2col element by element), strided."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = torch.nn.Conv2d(8, 24, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(24, 32, 1)
+        self.c3 = torch.nn.Conv2d(32, 16, 3, padding=2, dilation=2)
+        self.c4 = torch.nn.Conv2d(16, 28, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.c4(torch.relu(self.c3(torch.relu(self.c2(self.c1(x))))))
+
+
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
+def test_plain_bf16_blocked_matmul_matches_the_interpreter(vector_bits):
+    """The f32 GEMMs on bf16 panels (widened per K block into L1) and A rounded once."""
+    x = torch.randn(2, 29, 600, generator=torch.Generator().manual_seed(5))
+    _check(_WideLinears().eval(), x, vector_bits, BF16_GENERIC)
+
+
+@pytest.mark.parametrize("vector_bits", [128, 256])
+def test_plain_bf16_convs_match_the_interpreter(vector_bits):
+    x = torch.randn(1, 8, 20, 21, generator=torch.Generator().manual_seed(6))
+    _check(_BigConvs().eval(), x, vector_bits, BF16_GENERIC)
+
+
+def test_plain_bf16_matmul_with_a_runtime_row_count_rounds_a_in_its_tiles():
+    model = _WideLinears().eval()
+    dyn = cuvil.compile(model, (torch.randn(3, 600),), precision="bf16", dynamic_shapes=[("b", 600)],
+                        dim_bounds={"b": (1, 40)})
+    for rows in (1, 13, 40):
+        x = torch.randn(rows, 600, generator=torch.Generator().manual_seed(rows))
+        got = dyn(x.numpy())[0]
+        ref = interpreter.run(_bf16_module(model, x), [x.numpy()])[0]
+        assert _rel(got, ref) <= 1e-5, (rows, _rel(got, ref))
+        assert 1e-6 < _rel(got, model(x).detach().numpy()) <= BF16_REL_TOL
+
+
+def test_plain_bf16_keeps_nan_and_inf():
+    model = _WideLinears().l1.eval()
+    x = torch.randn(20, 600, generator=torch.Generator().manual_seed(7))
+    x[7, 9] = float("inf")
+    x[3, 6] = torch.from_numpy(np.array([0x7FFFFFFF], np.uint32).view(np.float32))[0]  # a NaN rounding would wrap
+    got = run_native(_bf16_module(model, x), [x.numpy()], 256, bf16=BF16_GENERIC)[0]
+    ref = interpreter.run(_bf16_module(model, x), [x.numpy()])[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
+    assert np.isnan(got[3]).all() and np.isinf(got[7]).all()
+    fine = np.delete(np.arange(20), [3, 7])
+    assert _rel(got[fine], ref[fine]) <= 1e-5
+
+
 def test_bf16_rewrite_halves_the_weights_and_leaves_the_rest_f32():
     model = _Convs().eval()
     x = torch.randn(1, 3, 13, 13)

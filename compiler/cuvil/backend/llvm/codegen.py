@@ -134,7 +134,7 @@ class _Codegen:
                 self._add_blob(id(op.result), op.value)
         for op in self.fn.body.ops:  # int4 weights, in the layout their kernels read (qkernels.py)
             if op.name == "cuvil.dequantize":
-                self._add_blob(id(op.result), qkernels.quantized_blob(op, self.vw, self.int8))
+                self._add_blob(id(op.result), qkernels.quantized_blob(op, self.vw, self.int8, self.bf16))
         self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
 
     def kernel(self, op, aliased: bool) -> ir.Function:

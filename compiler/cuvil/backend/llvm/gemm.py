@@ -35,17 +35,54 @@ def _is_half(ptr) -> bool:
     return isinstance(ptr.type.pointee, ir.HalfType)
 
 
+def _is_bf16(ptr) -> bool:
+    """An i16 operand of these f32 GEMMs holds bfloat16 bits (`precision: bf16` weights)."""
+    return ptr.type.pointee == ir.IntType(16)
+
+
+def _elem_bytes(ptr) -> int:
+    return 2 if _is_half(ptr) or _is_bf16(ptr) else 4
+
+
+def _widen_bf16(b, bits):
+    """i16 (or <n x i16>) bfloat16 bits -> f32 (exact: a bf16 is the top half of an f32)."""
+    vec = isinstance(bits.type, ir.VectorType)
+    ity = ir.VectorType(ir.IntType(32), bits.type.count) if vec else ir.IntType(32)
+    sixteen = ir.Constant(ity, [16] * bits.type.count) if vec else ir.Constant(ity, 16)
+    fty = ir.VectorType(ir.FloatType(), bits.type.count) if vec else ir.FloatType()
+    return b.bitcast(b.shl(b.zext(bits, ity), sixteen), fty)
+
+
+def round_bf16(b, x):
+    """f32 (scalar or vector) rounded to the nearest bfloat16, ties to even, as f32
+    (ir/ops/quant.bf16_round): integer ops on the bits; NaN stays NaN."""
+    vec = isinstance(x.type, ir.VectorType)
+    n = x.type.count if vec else 1
+    ity = ir.VectorType(ir.IntType(32), n) if vec else ir.IntType(32)
+
+    def c(v):
+        return ir.Constant(ity, [v] * n) if vec else ir.Constant(ity, v)
+    bits = b.bitcast(x, ity)
+    lsb = b.and_(b.lshr(bits, c(16)), c(1))
+    r = b.bitcast(b.and_(b.add(bits, b.add(lsb, c(0x7FFF))), c(-65536)), x.type)
+    return b.select(b.fcmp_unordered("uno", x, x), x, r)
+
+
 def _ld(b, ptr, index):
-    """A scalar operand load; fp16 weights are widened to f32."""
+    """A scalar operand load; fp16 / bf16 weights are widened to f32."""
     v = b.load(b.gep(ptr, [index], inbounds=True))
+    if _is_bf16(ptr):
+        return _widen_bf16(b, v)
     return b.fpext(v, ir.FloatType()) if _is_half(ptr) else v
 
 
 def _ld_vec(b, ptr, index, vty):
-    """A vector of vty.count operand values starting at index (fp16 widened)."""
+    """A vector of vty.count operand values starting at index (fp16 / bf16 widened)."""
     if _is_half(ptr):
         hty = ir.VectorType(ir.HalfType(), vty.count)
         return b.fpext(b.load(_vec_ptr(b, ptr, index, hty), align=2), vty)
+    if _is_bf16(ptr):
+        return _widen_bf16(b, b.load(_vec_ptr(b, ptr, index, ir.VectorType(ir.IntType(16), vty.count)), align=2))
     return b.load(_vec_ptr(b, ptr, index, vty), align=4)
 
 
@@ -67,7 +104,7 @@ def prefetch_run(b, ptr, index, count: int, elem_bytes: int):
 
 
 def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety, c_j0=None,
-          valid=None, post=None, ldk=1, ahead=None, accumulate=False):
+          valid=None, post=None, ldk=1, ahead=None, accumulate=False, round_a=False):
     """One mr x (nv*vw) tile at rows starting a_row0/c_row0 (i64 element offsets) and
     column j0 (i64) of B; C's column is c_j0 (default j0). A's element (row r, k) is at
     a_row0 + r*lda + k*ldk (ldk = 1: row-major; lda = 1: A stored transposed). `valid`
@@ -76,7 +113,8 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
     before it is stored.
     `ahead` (i64 element offset from B's row k): each k step also prefetches that row of
     the next panel, so a packed B streamed from memory arrives before it is needed.
-    `accumulate`: add the product to C's tile (whole vectors) instead of overwriting it."""
+    `accumulate`: add the product to C's tile (whole vectors) instead of overwriting it.
+    `round_a`: A's values are rounded to bfloat16 as they are read (`precision: bf16`)."""
     vty = ir.VectorType(ety, vw)
     # A thin tile (a GEMV, the last rows of a block) has too few accumulators to cover the
     # FMA latency: it then sums `ks` interleaved k phases in separate accumulators.
@@ -97,10 +135,10 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
         brow = b.add(b.add(b_off, b.mul(k, i64(ldb))), j0)
         bv = [_ld_vec(b, B, b.add(brow, i64(v * vw)), vty) for v in range(nv)]
         if ahead is not None:
-            prefetch_run(b, B, b.add(brow, ahead), nv * vw, 2 if _is_half(B) else 4)
+            prefetch_run(b, B, b.add(brow, ahead), nv * vw, _elem_bytes(B))
         for r in range(mr):
-            av = _splat(b, _ld(b, A, b.add(b.add(a_row0, i64(r * lda)), k if ldk == 1 else b.mul(k, i64(ldk)))),
-                        vty)
+            a = _ld(b, A, b.add(b.add(a_row0, i64(r * lda)), k if ldk == 1 else b.mul(k, i64(ldk))))
+            av = _splat(b, round_bf16(b, a) if round_a else a, vty)
             for v in range(nv):
                 acc = acc_set[r][v]
                 b.store(b.fadd(b.load(acc), b.fmul(av, bv[v], flags=CONTRACT), flags=CONTRACT), acc)
@@ -261,9 +299,10 @@ def packed_size(K: int, N: int, vw: int) -> int:
     return -(-N // nr) * nr * K
 
 
-def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None, slot=None):
+def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None, slot=None, value=None):
     """Pack B[K, N] (row stride ldb) into dst at run time; `panels=(p0, p1)` limits it,
-    `slot` (i64, with a single panel) packs that panel at panel slot `slot` of dst.
+    `slot` (i64, with a single panel) packs that panel at panel slot `slot` of dst;
+    `value(b, x)` maps the values (vectors or scalars) as they are copied.
     Full panels copy whole vectors; the last, ragged one (N % NR columns) goes element
     by element and is zero-filled past N."""
     nr = panel_width(vw)
@@ -277,7 +316,7 @@ def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None, slot=None):
                 out = b.add(b.mul(p if slot is None else slot, i64(K * nr)), b.mul(k, i64(nr)))
                 for v in range(nr // vw):
                     x = b.load(_vec_ptr(b, B, b.add(src, i64(v * vw)), vty), align=4)
-                    b.store(x, _vec_ptr(b, dst, b.add(out, i64(v * vw)), vty), align=4)
+                    b.store(x if value is None else value(b, x), _vec_ptr(b, dst, b.add(out, i64(v * vw)), vty), align=4)
     if N % nr == 0:
         return
     zero = ir.Constant(ety, 0.0)
@@ -290,6 +329,7 @@ def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None, slot=None):
                 for j in range(nr):
                     if full * nr + j < N:
                         v = b.load(b.gep(B, [b.add(src, i64(j))], inbounds=True))
+                        v = v if value is None else value(b, v)
                     else:
                         v = zero
                     b.store(v, b.gep(dst, [b.add(out, i64(j))], inbounds=True))
@@ -339,14 +379,15 @@ def packed_items(b, M, N, vw, items, tile):
 
 
 def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None,
-                     panel_at=None):
+                     panel_at=None, round_a=False):
     """C = A @ B with B packed by pack_b/emit_pack_b, over the work items of
     packed_items; `items=(t0, t1)` (i64 values) limits the work. `panel_at` (i64): B's
     panel is read from that panel slot of Bp, whichever panel the item computes (a
     panel packed just before, in cache).
     `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64);
     where it has `apply(b, row, col, vec)` (one vector of row `row` from column `col`),
-    tiles of whole vectors take it on their accumulators instead, before the store."""
+    tiles of whole vectors take it on their accumulators instead, before the store.
+    `round_a`: A is rounded to bfloat16 as it is read (_tile)."""
     nr = panel_width(vw)
     nv = nr // vw
 
@@ -361,7 +402,7 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)) if fuse else None
         ahead = i64(K * nr) if mr >= PREFETCH_ROWS and panel_at is None else None
         _tile(b, A, a_row0, lda, Bp, b.mul(p if panel_at is None else panel_at, i64(K * nr)), nr, C, c_row0, ldc,
-              i64(0), K, mr, nv_t, vw, ety, c_j0=j0, valid=valid, post=post, ahead=ahead)
+              i64(0), K, mr, nv_t, vw, ety, c_j0=j0, valid=valid, post=post, ahead=ahead, round_a=round_a)
         if epilogue is not None and not fuse:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items if items is not None else (i64(0), i64(packed_work_items(M, N, vw))), tile)
@@ -441,18 +482,25 @@ def l1_k_blocks(K: int, vw: int, elem_bytes: int = 4) -> tuple[int, int]:
 
 
 def emit_gemm_blocked(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K: int, vw, ety, epilogue=None, panels=None,
-                      panel_at=None):
+                      panel_at=None, round_a=False):
     """C = A @ B with B packed by pack_b/emit_pack_b, for B's panels p in [p0, p1)
     (`panels`, i64 values; default all), loops K block -> row block group -> panel ->
     row block (see L1_PANEL_BYTES). Later K blocks add to C; the last one applies the
     epilogue (as emit_gemm_packed's). The last panel, where N is not a multiple of the
     panel width, runs its whole K at once (its ragged tiles store only N's columns).
-    `panel_at` (i64): every panel is read from that panel slot of Bp (one panel)."""
+    `panel_at` (i64): every panel is read from that panel slot of Bp (one panel).
+    A bfloat16 Bp (i16 bits) has each block's slice of a panel widened to f32 into a
+    local buffer first, which the row blocks then read from L1. `round_a` as _tile's."""
     mr, nv = micro_shape(vw)
     nr = nv * vw
     full_panels = N // nr
     p0, p1 = panels if panels is not None else (i64(0), i64(-(-N // nr)))
+    widen = _is_bf16(Bp)
     count, length = l1_k_blocks(K, vw, 2 if _is_half(Bp) else 4)
+    if widen:
+        slice_ = alloca_in_entry(b, ir.ArrayType(ety, length * nr))
+        slice_.align = 64
+        Bw = b.bitcast(slice_, ety.as_pointer())
     full_rows = M // mr
     group = max(1, L2_ROWS_BYTES // (length * 4 * mr))  # row blocks per group
     groups = (full_rows + group) // group  # full_rows + 1 blocks: the partial last may be empty
@@ -466,14 +514,18 @@ def emit_gemm_blocked(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K: int, vw, ety
             with for_range(b, f1, start=p0, name="bp") as p:
                 slot = p if panel_at is None else panel_at
                 b_off = b.add(b.mul(slot, i64(K * nr)), b.mul(k0, i64(nr)))
+                B = Bp
+                if widen:
+                    _widen_slice(b, Bp, b_off, kl * nr, Bw, vw)
+                    B, b_off = Bw, i64(0)
 
                 def tile(row0, rows):
                     post = None
                     if last and apply is not None:
                         post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec))
-                    _tile(b, A, b.add(b.add(a_off, b.mul(row0, i64(lda))), k0), lda, Bp, b_off, nr, C,
+                    _tile(b, A, b.add(b.add(a_off, b.mul(row0, i64(lda))), k0), lda, B, b_off, nr, C,
                           b.add(c_off, b.mul(row0, i64(ldc))), ldc, i64(0), kl, rows, nv, vw, ety,
-                          c_j0=b.mul(p, i64(nr)), post=post, accumulate=accumulate)
+                          c_j0=b.mul(p, i64(nr)), post=post, accumulate=accumulate, round_a=round_a)
                     if last and epilogue is not None and apply is None:
                         epilogue(b, row0, rows, b.mul(p, i64(nr)), nr)
 
@@ -493,4 +545,14 @@ def emit_gemm_blocked(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K: int, vw, ety
         nblocks = row_blocks(M, vw)
         with b.if_then(b.icmp_signed(">", p1, i64(full_panels))):
             emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue,
-                             items=(i64(full_panels * nblocks), i64((full_panels + 1) * nblocks)), panel_at=panel_at)
+                             items=(i64(full_panels * nblocks), i64((full_panels + 1) * nblocks)), panel_at=panel_at,
+                             round_a=round_a)
+
+
+def _widen_slice(b, src, off, count: int, dst, vw):
+    """dst[0 : count] = src[off : off + count] widened from bfloat16 bits to f32 (count a
+    multiple of vw: whole panel rows)."""
+    vty = ir.VectorType(ir.FloatType(), vw)
+    with for_range(b, count // vw, name="wv") as v:
+        at = b.mul(v, i64(vw))
+        b.store(_ld_vec(b, src, b.add(off, at), vty), _vec_ptr(b, dst, at, vty), align=32)

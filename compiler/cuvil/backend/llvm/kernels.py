@@ -19,7 +19,7 @@ from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
                    store)
-from .gemm import (_splat, blocked_gemm, emit_gemm, emit_gemm_blocked, emit_gemm_packed, emit_gemm_panel,
+from .gemm import (_splat, blocked_gemm, round_bf16, emit_gemm, emit_gemm_blocked, emit_gemm_packed, emit_gemm_panel,
                    emit_pack_b, pack_b, packed_work_items, panel_width, row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
@@ -302,24 +302,7 @@ def k_matmul(b, k: KernelArgs):
     if ot.dtype != "f32":
         raise BackendError(f"cuvil.matmul on {ot.dtype} is not supported by the backend yet")
     if k.packed_b:
-        # B is a constant, packed in panels at compile time: (panel, row block) work items,
-        # or (blocked_gemm) ranges of panels, each K-blocked.
-        rows = at.numel // kk
-        epi = _row_epilogue(k, 2, ot.rank - 1)
-        if epi is not None and not epi.supports_cols:
-            raise BackendError("matmul epilogue cannot be applied per tile")
-        if blocked_gemm(rows, n, k.vw):
-            def panel_range(b, k2, panels, _):
-                emit_gemm_blocked(b, k2.ins[0], i64(0), kk, k2.ins[1], k2.out, i64(0), n, rows, n, kk, k2.vw, ety,
-                                  _row_epilogue(k2, 2, ot.rank - 1), panels=panels)
-            parallel(b, k, -(-n // panel_width(k.vw)), panel_range, ranges=True)
-            return
-
-        def packed_items(b, k2, t, _):
-            emit_gemm_packed(b, k2.ins[0], i64(0), kk, k2.ins[1], k2.out, i64(0), n, rows, n, kk, k2.vw, ety,
-                             _row_epilogue(k2, 2, ot.rank - 1), items=(t, b.add(t, i64(1))))
-        parallel(b, k, packed_work_items(rows, n, k.vw), packed_items)
-        return
+        return matmul_packed(b, k)
     if bt.rank == 2:
         # B is shared by every batch: one GEMM over all rows of A, row blocks in parallel.
         rows = at.numel // kk
@@ -342,6 +325,34 @@ def k_matmul(b, k: KernelArgs):
                   blocks=(ib, b.add(ib, i64(1))))
     parallel(b, k, prod(batch) * nb, batch_block)
     _epilogue(b, k, 2)
+
+
+def matmul_packed(b, k: KernelArgs, weights=None, round_a=False, a=None):
+    """A matmul whose B is a constant packed in panels at compile time (gemm.pack_b):
+    (panel, row block) work items, or (blocked_gemm) ranges of panels, each K-blocked.
+    `weights(b, k2)` / `a(b, k2)`: B's / A's pointer (default the operands; i16 for
+    bfloat16 panels); `round_a`: A rounded to bfloat16 as it is read (`precision: bf16`)."""
+    at, bt = k.in_types[:2]
+    ot = k.out_type
+    kk, n = at.shape[-1], bt.shape[-1]
+    rows = at.numel // kk
+    ety = REG_TYPES[ot.dtype]
+    weights = weights or (lambda b, k2: k2.ins[1])
+    a = a or (lambda b, k2: k2.ins[0])
+    epi = _row_epilogue(k, 2, ot.rank - 1)
+    if epi is not None and not epi.supports_cols:
+        raise BackendError("matmul epilogue cannot be applied per tile")
+    if blocked_gemm(rows, n, k.vw):
+        def panel_range(b, k2, panels, _):
+            emit_gemm_blocked(b, a(b, k2), i64(0), kk, weights(b, k2), k2.out, i64(0), n, rows, n, kk, k2.vw, ety,
+                              _row_epilogue(k2, 2, ot.rank - 1), panels=panels, round_a=round_a)
+        parallel(b, k, -(-n // panel_width(k.vw)), panel_range, ranges=True)
+        return
+
+    def packed_items(b, k2, t, _):
+        emit_gemm_packed(b, a(b, k2), i64(0), kk, weights(b, k2), k2.out, i64(0), n, rows, n, kk, k2.vw, ety,
+                         _row_epilogue(k2, 2, ot.rank - 1), items=(t, b.add(t, i64(1))), round_a=round_a)
+    parallel(b, k, packed_work_items(rows, n, k.vw), packed_items)
 
 
 # -- convolution ---------------------------------------------------------------------------
@@ -513,17 +524,21 @@ def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, 
 FUSED_PACK_PANELS = 16
 
 
-def k_conv2d(b, k: KernelArgs):
+def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
     """Convolution as GEMM: per (image, group), B (the input planes for 1x1 convs, the
-    im2col matrix otherwise) is packed in panels into scratch, then C[OC, P] = W @ B."""
+    im2col matrix otherwise) is packed in panels into scratch, then C[OC, P] = W @ B.
+    `weights(b, k2)`: W's pointer (default the operand; i16 for bfloat16 rows);
+    `round_panel`: each packed panel is rounded to bfloat16 (`precision: bf16`)."""
     xt, wt = k.in_types[:2]
     _, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
-    if not gemm or k.out_type.dtype != "f32":
+    if weights is None and (not gemm or k.out_type.dtype != "f32"):
         if depthwise(xt, wt, k.out_type, k.attrs):
             return k_conv2d_depthwise(b, k)
         return k_conv2d_direct(b, k)
-    if k.packed_b:
+    if k.packed_b and weights is None:
         return k_conv2d_transposed(b, k)
+    weights = weights or (lambda b, k2: k2.ins[1])
+    rnd = round_bf16 if round_panel else None
     n, c, h, w = xt.shape
     oc, icg, kh, kw = wt.shape
     _, _, oh, ow = k.out_type.shape
@@ -540,7 +555,7 @@ def k_conv2d(b, k: KernelArgs):
         row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
 
         def pack(b, k2, pp, ex, slot):
-            conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp, slot)
+            conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp, slot, rnd)
 
         def tile_epilogue_of(k2, rb):
             epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
@@ -552,19 +567,19 @@ def k_conv2d(b, k: KernelArgs):
         def gemm_items(b, k2, t, ex, slot):
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
-            emit_gemm_packed(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
+            emit_gemm_packed(b, weights(b, k2), b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
                              ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), items=(t, b.add(t, i64(1))),
                              panel_at=slot)
 
         def gemm_panel(b, k2, pp, ex, slot):  # all weight rows times panel pp, K-blocked
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
-            emit_gemm_blocked(b, k2.ins[1], b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
+            emit_gemm_blocked(b, weights(b, k2), b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
                               ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), panels=(pp, b.add(pp, i64(1))),
                               panel_at=slot)
 
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
-                      [row_base, gi], gemm_panel if blocked_gemm(ocg, p, k.vw) else None)
+                      [row_base, gi], gemm_panel if blocked_gemm(ocg, p, k.vw) else None, rnd)
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
 
@@ -677,9 +692,9 @@ def _transpose_channels(b, k2: KernelArgs, Ct, ldct, oc0, ni, p, oc, epi):
                     epi(b, b.add(b.mul(ni, i64(oc)), oc0), oc % vw, i64(0), p)
 
 
-def _padded_copy(b, k2: KernelArgs, ic, xplane0):
+def _padded_copy(b, k2: KernelArgs, ic, xplane0, rnd=None):
     """Plane ic of the conv's input (from element xplane0) into its zero-padded,
-    phase-split copy (padded_input)."""
+    phase-split copy (padded_input); `rnd(b, value)` maps each copied value."""
     xt, wt = k2.in_types[:2]
     _, _, h, w = xt.shape
     hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
@@ -699,8 +714,8 @@ def _padded_copy(b, k2: KernelArgs, ic, xplane0):
                     for j in range(pl):
                         store(b, zero, Xp, b.add(row, i64(j)), "f32")
                     with for_range(b, w, name="px") as xx:
-                        store(b, load(b, k2.ins[0], b.add(src, xx), "f32"), Xp, b.add(b.add(row, i64(pl)), xx),
-                              "f32")
+                        v = load(b, k2.ins[0], b.add(src, xx), "f32")
+                        store(b, rnd(b, v) if rnd else v, Xp, b.add(b.add(row, i64(pl)), xx), "f32")
                     for j in range(pl + w, wq):
                         store(b, zero, Xp, b.add(row, i64(j)), "f32")
                 else:
@@ -709,6 +724,7 @@ def _padded_copy(b, k2: KernelArgs, ic, xplane0):
                             ix = b.add(b.mul(q, i64(sw)), i64(phase - pl))
                             ok = b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w)))
                             v = load(b, k2.ins[0], b.add(src, b.select(ok, ix, i64(0))), "f32")
+                            v = rnd(b, v) if rnd else v
                             store(b, b.select(ok, v, zero), Xp, b.add(row, b.add(i64(phase * wq), q)), "f32")
             with otherwise:
                 with for_range(b, sw * wq, name="pz") as xx:
@@ -792,21 +808,30 @@ def _im2col_panel(b, k2: KernelArgs, S, xplane0, panel, pitches, ic=None):
                    k2.out_type.dtype, panel_width(k2.vw), panel, pitches, ic)
 
 
-def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp, slot):
+def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp, slot, rnd=None):
     """Panel pp of a GEMM conv's B operand into panel slot `slot` of S (f32): the input
-    planes of a 1x1 conv (vector copies), else the im2col matrix (_im2col_panel)."""
+    planes of a 1x1 conv (vector copies), else the im2col matrix (_im2col_panel).
+    `rnd(b, value)` (scalar or vector) maps the panel's values: as they are copied, or
+    already in the padded input copy (conv_schedule's `rnd`), else after packing."""
     xt, wt = k2.in_types[:2]
     pointwise, _ = conv_geometry(xt, wt, k2.out_type, k2.attrs)
     kdim, p, nr = wt.shape[1] * wt.shape[2] * wt.shape[3], k2.out_type.shape[2] * k2.out_type.shape[3], \
         panel_width(k2.vw)
     if pointwise:
         emit_pack_b(b, k2.ins[0], xplane0, p, kdim, p, S, k2.vw, S.type.pointee, panels=(pp, b.add(pp, i64(1))),
-                    slot=slot)
-    else:
-        _im2col_panel(b, k2, b.gep(S, [b.mul(slot, i64(kdim * nr))], inbounds=True), xplane0, pp, (0, nr))
+                    slot=slot, value=rnd)
+        return
+    _im2col_panel(b, k2, b.gep(S, [b.mul(slot, i64(kdim * nr))], inbounds=True), xplane0, pp, (0, nr))
+    if rnd is not None and padded_input(xt, wt, k2.out_type, k2.attrs) is None:
+        vty = ir.VectorType(F32, k2.vw)
+        at0 = b.mul(slot, i64(kdim * nr))
+        with for_range(b, kdim * nr // k2.vw, name="rv") as v:
+            ptr = b.bitcast(b.gep(S, [b.add(at0, b.mul(v, i64(k2.vw)))], inbounds=True), vty.as_pointer())
+            b.store(rnd(b, b.load(ptr, align=4)), ptr, align=4)
 
 
-def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras, gemm_panel=None):
+def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras, gemm_panel=None,
+                  rnd=None):
     """Run a GEMM conv's pack(b, k2, panel, [xplane0], slot) and gemm_items(b, k2, t,
     extras, slot) (t = panel * blocks + row block; the panel is packed at panel slot
     `slot` of the scratch) across the threads: with >= FUSED_PACK_PANELS panels each
@@ -814,10 +839,11 @@ def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, 
     it is in cache, every panel of a thread's chunk in the same slot (the first of the
     chunk), by gemm_panel(b, k2, panel, extras, slot) where given, else item by item;
     fewer panels are all packed first, each at its own slot, then the items split.
-    Convs of dilation 1 first copy their input planes zero-padded (padded_input)."""
+    Convs of dilation 1 first copy their input planes zero-padded (padded_input), each
+    value mapped by `rnd` where given."""
     xt, wt = k.in_types[:2]
     if padded_input(xt, wt, k.out_type, k.attrs) is not None:
-        parallel(b, k, wt.shape[1], lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
+        parallel(b, k, wt.shape[1], lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0], rnd), [xplane0])
     if panels >= FUSED_PACK_PANELS:
         def pack_and_multiply(b, k2, pp, ex):
             slot = ex[-1]  # every panel of this thread's chunk goes through one slot, kept in cache

@@ -20,10 +20,11 @@ The reduction runs over groups of G consecutive k (G = `Int8Isa.group`):
   i8 `q - off` (off = 128 for u8, 0 for i8 activations): four i8 x i8 products per i32
   lane (AArch64 `sdot`, the dot-product extension), the same epilogue correction.
 
-- G = 2 bfloat16 (`dpbf16ps`, `bf16`): codes are the i16 bits of bf16 values (activations
+- G = 2 bfloat16 (`dpbf16ps`): codes are the i16 bits of bf16 values (activations
   rounded to nearest even once, weights stored so); one step adds a pair of exact
-  bf16 x bf16 products to an f32 lane (x86 AVX-512-BF16 `vdpbf16ps`; elsewhere widened to
-  f32 in plain IR and multiplied there). The accumulators are f32 and need no rescale.
+  bf16 x bf16 products to an f32 lane (x86 AVX-512-BF16 `vdpbf16ps`). The accumulators
+  are f32 and need no rescale. Targets without it (the `bf16` isa) run the f32 GEMMs of
+  gemm.py on bf16 operands instead (qkernels.py).
 
 K is padded with zeros to a multiple of G (weights and activations), so the padding
 adds nothing. Finished tiles are rescaled: C[., c] = f32(acc + corr * wsum[c]) *
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 from llvmlite import ir
 
+from ...errors import BackendError
 from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
 from .gemm import PREFETCH_ROWS, _splat, _vec_ptr, micro_shape, packed_items, panel_width, prefetch_run
@@ -63,7 +65,8 @@ class Int8Isa:
     "pmaddwd" (x86 SSE2/AVX2/AVX-512BW), "vpdpbusd" (x86 AVX-VNNI / AVX512-VNNI),
     "sdot" (AArch64 +dotprod: signed activation codes), "generic" (G = 2 in plain IR),
     "generic4" and "generic4s" (G = 4 in plain IR: the VNNI / sdot layouts on any
-    target, for tests); for bfloat16, "dpbf16ps" (x86 AVX-512-BF16) or "bf16" (plain IR)."""
+    target, for tests); for bfloat16, "dpbf16ps" (x86 AVX-512-BF16) or "bf16" (no bf16
+    dot product: the f32 GEMMs on bf16 operands, qkernels.py)."""
     group: int = 2
     dot: str = "generic"
 
@@ -224,21 +227,13 @@ BFLOAT = _BFloat()
 
 def _bf16_bits(b, x, isa):
     """f32 (scalar or vector) -> i16 bits of bfloat16, rounded to nearest even (NaN to a
-    quiet NaN): `vcvtneps2bf16` where the target has AVX-512-BF16, integer ops elsewhere."""
+    quiet NaN): `vcvtneps2bf16` (AVX-512-BF16)."""
     vec = isinstance(x.type, ir.VectorType)
     n = x.type.count if vec else 1
-    if isa.dot == "dpbf16ps":
-        h = b.fptrunc(x, ir.VectorType(BFLOAT, n) if vec else BFLOAT)
-        return b.bitcast(h, ir.VectorType(I16, n) if vec else I16)
-    ity = ir.VectorType(I32, n) if vec else I32
-
-    def c(v):
-        return ir.Constant(ity, [v] * n) if vec else ir.Constant(ity, v)
-    bits = b.bitcast(x, ity)
-    lsb = b.and_(b.lshr(bits, c(16)), c(1))
-    r = b.lshr(b.add(bits, b.add(lsb, c(0x7FFF))), c(16))
-    r = b.select(b.fcmp_unordered("uno", x, x), c(0x7FC0), r)
-    return b.trunc(r, ir.VectorType(I16, n) if vec else I16)
+    if isa.dot != "dpbf16ps":
+        raise BackendError(f"bf16 codes need the dpbf16ps isa, not {isa.dot}")
+    h = b.fptrunc(x, ir.VectorType(BFLOAT, n) if vec else BFLOAT)
+    return b.bitcast(h, ir.VectorType(I16, n) if vec else I16)
 
 
 def _code(b, x, aq, isa):
@@ -366,23 +361,11 @@ def _dot(b, isa, acc, act, wt, vw):
 
 def _dot_bf16(b, isa, acc, act, wt, vw):
     """acc (<vw x f32>) + per lane a0 * w0 + a1 * w1 of the bf16 pairs act / wt (<2vw x i16>)."""
-    fty = ir.VectorType(F32, vw)
-    if isa.dot == "dpbf16ps":
-        bty = ir.VectorType(BFLOAT, 2 * vw)
-        return _intrinsic(b, f"llvm.x86.avx512bf16.dpbf16ps.{32 * vw}", fty,
-                          [acc, b.bitcast(act, bty), b.bitcast(wt, bty)])
-    pairs = ir.VectorType(I32, vw)
-
-    def widen(v, i):
-        """The i-th element of each pair as f32: a bf16 is the top half of an f32, and a
-        pair read as one little-endian i32 holds element 0 in its low half, element 1
-        in its high half (one shift or mask per vector, no shuffles)."""
-        x = b.bitcast(v, pairs)
-        x = b.shl(x, ir.Constant(pairs, [16] * vw)) if i == 0 else b.and_(x, ir.Constant(pairs, [-65536] * vw))
-        return b.bitcast(x, fty)
-    for i in range(2):
-        acc = b.fadd(acc, b.fmul(widen(act, i), widen(wt, i), flags=("contract",)), flags=("contract",))
-    return acc
+    if isa.dot != "dpbf16ps":
+        raise BackendError(f"the bf16 pair dot product needs the dpbf16ps isa, not {isa.dot}")
+    bty = ir.VectorType(BFLOAT, 2 * vw)
+    return _intrinsic(b, f"llvm.x86.avx512bf16.dpbf16ps.{32 * vw}", ir.VectorType(F32, vw),
+                      [acc, b.bitcast(act, bty), b.bitcast(wt, bty)])
 
 
 def _group_vec(b, ptr, index, vw, isa, ty):

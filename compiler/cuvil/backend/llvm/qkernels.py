@@ -7,21 +7,29 @@ int8_channel (with the op's `act_quant`): integer GEMM (qgemm8.py); blob: qgemm8
 in the layout of the kernel's `Int8Isa` (KernelArgs.int8). The activations are quantized
 once per call: a matmul's A into scratch (`int8_scratch_bytes`; per tile where M is a
 runtime size), a conv's im2col panels in place after packing.
-bf16 (with `act_quant = {dtype: bf16}`, `precision: bf16`): the same GEMMs with bfloat16
-codes and f32 accumulation, in the kernel's bf16 isa (KernelArgs.bf16); blob:
-qgemm8.bf16_blob.
+bf16 (with `act_quant = {dtype: bf16}`, `precision: bf16`): bfloat16 operands, f32
+accumulation. Where the target has a bf16 dot product (KernelArgs.bf16: AVX-512-BF16
+`vdpbf16ps`), the integer GEMMs' schedule with bf16 codes; blob: qgemm8.bf16_blob.
+Elsewhere (the plain `bf16` isa) the f32 GEMMs of kernels.py, their weights kept as
+bf16 bits and widened as they are read (exact), the activations rounded to bf16 as they
+are packed (a matmul's A, once per call into scratch; a conv's panels): the products are then exactly the
+bf16 ones, at the f32 kernels' speed; blob: `plain_bf16_blob` (a matmul's B in
+gemm.pack_b panels, a conv's rows as they are).
 """
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 
 from ...errors import BackendError
+from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
-from .gemm import packed_work_items, panel_width, row_blocks
-from .kernels import KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, parallel
+from .gemm import _min, pack_b, packed_work_items, panel_width, round_bf16, row_blocks
+from .kernels import (KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d,
+                      matmul_packed, parallel)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
-from .qgemm8 import (BF16_GENERIC, GENERIC, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel,
+from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel,
                      emit_quantize_rows, groups, int8_blob)
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
@@ -44,18 +52,31 @@ ACT_SCHEMES = ("int8_channel", "bf16")
 
 def int8_scratch_bytes(op) -> int:
     """Scratch of an int8 (or bf16) matmul: its A's codes, [M][Kg][G] (at most 2 bytes a
-    code, K padded to a multiple of 4); 0 where M is a runtime size (the tiles quantize
-    their own rows then)."""
+    code, K padded to a multiple of 4; bf16 ones 4 bytes, for the plain kernels' rounded
+    f32 A); 0 where M is a runtime size (the tiles quantize their own rows then)."""
     if op.name != "cuvil.matmul" or not op.attrs.get("act_quant") or quantized_weight(op) not in ACT_SCHEMES:
         return 0
     shape = op.operands[0].type.shape
     if not all(isinstance(d, int) for d in shape):
         return 0
     k = shape[-1]
-    return int(np.prod(shape[:-1], dtype=np.int64)) * (-(-k // 4) * 4) * 2
+    # 2 bytes a code; a bf16 one has 4 (the plain bf16 kernels keep A as rounded f32)
+    code_bytes = 4 if quantized_weight(op) == "bf16" else 2
+    return int(np.prod(shape[:-1], dtype=np.int64)) * (-(-k // 4) * 4) * code_bytes
 
 
-def quantized_blob(dq, vw: int, isa=GENERIC):
+def plain_bf16_blob(rows: np.ndarray, packed: bool, vw: int) -> np.ndarray:
+    """rows [C, 2K] u8 (bf16 bytes) -> u8: a matmul's B ([K, C]) in gemm.pack_b panels of
+    bf16 bits (packed), else (a conv's weight) the rows' values as f32: the conv GEMM
+    broadcasts them one at a time, and widening each there made ResNet-50 37% slower
+    than f32 (AVX2 Zen 1)."""
+    if not packed:
+        return np.ascontiguousarray(bf16_decode(rows).astype("<f4")).view(np.uint8).reshape(-1)
+    bits = np.ascontiguousarray(rows).view("<u2")
+    return np.ascontiguousarray(pack_b(bits.T, vw)).view(np.uint8).reshape(-1)
+
+
+def quantized_blob(dq, vw: int, isa=GENERIC, bf16=BF16_GENERIC):
     """The bytes the object embeds for the `cuvil.dequantize` op dq (see the module doc)."""
     q = dq.operands[0].defining_op
     scale = dq.operands[-1].defining_op
@@ -79,6 +100,8 @@ def quantized_blob(dq, vw: int, isa=GENERIC):
                                f"int4 ones none" + (f" ({u.loc})" if u.loc else ""))
         kinds.add(u.name)
     if dq.attrs["scheme"] == "bf16":
+        if bf16.dot == "bf16":
+            return plain_bf16_blob(q.value, kinds == {"cuvil.matmul"}, vw)
         return bf16_blob(q.value, kinds == {"cuvil.matmul"}, vw)
     if dq.attrs["scheme"] == "int8_channel":
         return int8_blob(q.value, scale.value, kinds == {"cuvil.matmul"}, vw, isa)
@@ -94,7 +117,42 @@ def _isa(k: KernelArgs, aq):
     return k.int8 or GENERIC
 
 
+def _plain_bf16(k: KernelArgs, aq) -> bool:
+    """Whether this kernel is a bf16 one on a target without a bf16 dot product."""
+    return bool(aq) and aq["dtype"] == "bf16" and _isa(k, aq).dot == "bf16"
+
+
+def _bf16_bits(b, k2):
+    return b.bitcast(k2.ins[1], I16.as_pointer())
+
+
+def _matmul_plain_bf16(b, k: KernelArgs):
+    """The f32 packed GEMM on bf16 panels; A rounded to bf16 once into scratch, QROWS
+    rows a task (where M is a runtime size, by each tile as it reads A: slower)."""
+    kk = k.in_types[0].shape[-1]
+    rows = k.in_types[0].numel // kk
+    if not (isinstance(rows, int) and isinstance(kk, int)):
+        return matmul_packed(b, k, _bf16_bits, round_a=True)
+    vty = ir.VectorType(F32, k.vw)
+
+    def round_rows(b, k2, t, _):
+        begin = b.mul(t, i64(QROWS * kk))
+        count = b.sub(_min(b, b.add(begin, i64(QROWS * kk)), i64(rows * kk)), begin)
+        src, dst = k2.ins[0], b.bitcast(k2.scratch, F32.as_pointer())
+        with for_range(b, b.sdiv(count, i64(k2.vw)), name="rv") as v:
+            at = b.add(begin, b.mul(v, i64(k2.vw)))
+            x = b.load(b.bitcast(b.gep(src, [at], inbounds=True), vty.as_pointer()), align=4)
+            b.store(round_bf16(b, x), b.bitcast(b.gep(dst, [at], inbounds=True), vty.as_pointer()), align=4)
+        with for_range(b, b.srem(count, i64(k2.vw)), name="rt") as j:
+            at = b.add(b.add(begin, b.sub(count, b.srem(count, i64(k2.vw)))), j)
+            b.store(round_bf16(b, b.load(b.gep(src, [at], inbounds=True))), b.gep(dst, [at], inbounds=True))
+    parallel(b, k, -(-rows // QROWS), round_rows)
+    matmul_packed(b, k, _bf16_bits, a=lambda b, k2: b.bitcast(k2.scratch, F32.as_pointer()))
+
+
 def k_matmul_q4(b, k: KernelArgs):
+    if _plain_bf16(k, k.attrs.get("act_quant")):
+        return _matmul_plain_bf16(b, k)
     at, bt = k.in_types[:2]
     ot = k.out_type
     kk, n = at.shape[-1], bt.shape[-1]
@@ -134,6 +192,8 @@ def k_conv2d_q4(b, k: KernelArgs):
     _, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
     if not gemm or k.out_type.dtype != "f32":
         raise BackendError(f"an int4 conv2d weight {list(wt.shape)} needs a GEMM-shaped f32 conv")
+    if _plain_bf16(k, k.attrs.get("act_quant")):
+        return k_conv2d(b, k, lambda b, k2: b.bitcast(k2.ins[1], F32.as_pointer()), round_panel=True)
     n, c, h, w = xt.shape
     oc, icg, kh, kw = wt.shape
     _, _, oh, ow = k.out_type.shape
