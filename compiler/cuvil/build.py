@@ -511,7 +511,7 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
                              **(module.main.attrs.get("precision") or {})}
     if manifest["precision"]["compute"] == "bf16":
         from .backend.llvm.qgemm8 import bf16_isa
-        # "dpbf16ps": AVX-512-BF16 instructions; "bf16": the same arithmetic in plain vector code
+        # "dpbf16ps": AVX-512-BF16 instructions; "bf16": the same arithmetic in the f32 kernels
         manifest["precision"]["kernel"] = bf16_isa(target, max(target.vector_bits // 32, 1)).dot
     manifest["plugins"] = {"postprocess": plugins["postprocess"], "custom_ops": used}
     out_dir.mkdir(parents=True, exist_ok=True)

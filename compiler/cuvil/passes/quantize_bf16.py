@@ -6,7 +6,7 @@ kernels take, `int8_candidate`) whose operands are f32 gets its weight as a
 and `act_quant = {dtype: bf16}`: the input is rounded to bfloat16 too, the products are
 exact in f32 and summed in f32 (ir/ops/quant.py). The backend runs these in the
 narrow-type GEMM (qgemm8.py) with AVX-512-BF16's `vdpbf16ps` where the target has it
-and the same arithmetic in plain IR elsewhere. Everything else (depthwise convs,
+and in the f32 GEMMs on bf16 operands elsewhere (qkernels.py). Everything else (depthwise convs,
 attention products, elementwise ops) stays f32.
 """
 from __future__ import annotations

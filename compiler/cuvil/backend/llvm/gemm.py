@@ -53,6 +53,32 @@ def _widen_bf16(b, bits):
     return b.bitcast(b.shl(b.zext(bits, ity), sixteen), fty)
 
 
+def bf16_panel_order(nr: int, vw: int):
+    """Where each of a bfloat16 panel row's nr columns is stored: the vectors in pairs,
+    the two interleaved (column i of the first, then column i of the second), so one
+    load of a pair read as vw i32 lanes gives the first vector by a shift and the second
+    by a mask (_ld_bf16_row); an odd last vector stays as it is. Returns the column held
+    at each stored position."""
+    order = []
+    for v in range(0, nr // vw - 1, 2):
+        for i in range(vw):
+            order += [v * vw + i, (v + 1) * vw + i]
+    return order + list(range(len(order), nr))
+
+
+def _ld_bf16_row(b, ptr, index, nv, vw):
+    """The nv f32 vectors of a bfloat16 panel row stored at index in bf16_panel_order."""
+    i32v, fty = ir.VectorType(ir.IntType(32), vw), ir.VectorType(ir.FloatType(), vw)
+    out = []
+    for v in range(0, nv - 1, 2):
+        pairs = b.load(b.bitcast(b.gep(ptr, [b.add(index, i64(v * vw))], inbounds=True), i32v.as_pointer()), align=4)
+        out.append(b.bitcast(b.shl(pairs, ir.Constant(i32v, [16] * vw)), fty))
+        out.append(b.bitcast(b.and_(pairs, ir.Constant(i32v, [-65536] * vw)), fty))
+    if nv % 2:
+        out.append(_ld_vec(b, ptr, b.add(index, i64((nv - 1) * vw)), fty))
+    return out
+
+
 def round_bf16(b, x):
     """f32 (scalar or vector) rounded to the nearest bfloat16, ties to even, as f32
     (ir/ops/quant.bf16_round): integer ops on the bits; NaN stays NaN."""
@@ -133,7 +159,10 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
 
     def step(k, acc_set):
         brow = b.add(b.add(b_off, b.mul(k, i64(ldb))), j0)
-        bv = [_ld_vec(b, B, b.add(brow, i64(v * vw)), vty) for v in range(nv)]
+        if _is_bf16(B):  # a whole panel row (bf16_panel_order), of which the tile takes nv vectors
+            bv = _ld_bf16_row(b, B, brow, ldb // vw, vw)[:nv]
+        else:
+            bv = [_ld_vec(b, B, b.add(brow, i64(v * vw)), vty) for v in range(nv)]
         if ahead is not None:
             prefetch_run(b, B, b.add(brow, ahead), nv * vw, _elem_bytes(B))
         for r in range(mr):
@@ -516,7 +545,7 @@ def emit_gemm_blocked(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K: int, vw, ety
                 b_off = b.add(b.mul(slot, i64(K * nr)), b.mul(k0, i64(nr)))
                 B = Bp
                 if widen:
-                    _widen_slice(b, Bp, b_off, kl * nr, Bw, vw)
+                    _widen_slice(b, Bp, b_off, kl, Bw, vw)
                     B, b_off = Bw, i64(0)
 
                 def tile(row0, rows):
@@ -549,10 +578,12 @@ def emit_gemm_blocked(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K: int, vw, ety
                              round_a=round_a)
 
 
-def _widen_slice(b, src, off, count: int, dst, vw):
-    """dst[0 : count] = src[off : off + count] widened from bfloat16 bits to f32 (count a
-    multiple of vw: whole panel rows)."""
+def _widen_slice(b, src, off, rows: int, dst, vw):
+    """The `rows` panel rows at src[off] (bfloat16 bits in bf16_panel_order) into dst as
+    f32 panel rows."""
     vty = ir.VectorType(ir.FloatType(), vw)
-    with for_range(b, count // vw, name="wv") as v:
-        at = b.mul(v, i64(vw))
-        b.store(_ld_vec(b, src, b.add(off, at), vty), _vec_ptr(b, dst, at, vty), align=32)
+    nv = panel_width(vw) // vw
+    with for_range(b, rows, name="wr") as r:
+        at = b.mul(r, i64(nv * vw))
+        for v, vec in enumerate(_ld_bf16_row(b, src, b.add(off, at), nv, vw)):
+            b.store(vec, _vec_ptr(b, dst, b.add(at, i64(v * vw)), vty), align=32)

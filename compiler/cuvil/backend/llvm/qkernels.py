@@ -24,7 +24,7 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
-from .gemm import _min, pack_b, packed_work_items, panel_width, round_bf16, row_blocks
+from .gemm import _min, bf16_panel_order, pack_b, packed_work_items, panel_width, round_bf16, row_blocks
 from .kernels import (KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d,
                       matmul_packed, parallel)
 from .loops import for_range
@@ -67,13 +67,14 @@ def int8_scratch_bytes(op) -> int:
 
 def plain_bf16_blob(rows: np.ndarray, packed: bool, vw: int) -> np.ndarray:
     """rows [C, 2K] u8 (bf16 bytes) -> u8: a matmul's B ([K, C]) in gemm.pack_b panels of
-    bf16 bits (packed), else (a conv's weight) the rows' values as f32: the conv GEMM
+    bf16 bits, each row's columns in gemm.bf16_panel_order (packed), else (a conv's weight) the rows' values as f32: the conv GEMM
     broadcasts them one at a time, and widening each there made ResNet-50 37% slower
     than f32 (AVX2 Zen 1)."""
     if not packed:
         return np.ascontiguousarray(bf16_decode(rows).astype("<f4")).view(np.uint8).reshape(-1)
     bits = np.ascontiguousarray(rows).view("<u2")
-    return np.ascontiguousarray(pack_b(bits.T, vw)).view(np.uint8).reshape(-1)
+    panels = pack_b(bits.T, vw)  # [P][K][NR]
+    return np.ascontiguousarray(panels[..., bf16_panel_order(panels.shape[-1], vw)]).view(np.uint8).reshape(-1)
 
 
 def quantized_blob(dq, vw: int, isa=GENERIC, bf16=BF16_GENERIC):
