@@ -44,15 +44,6 @@ def _elem_bytes(ptr) -> int:
     return 2 if _is_half(ptr) or _is_bf16(ptr) else 4
 
 
-def _widen_bf16(b, bits):
-    """i16 (or <n x i16>) bfloat16 bits -> f32 (exact: a bf16 is the top half of an f32)."""
-    vec = isinstance(bits.type, ir.VectorType)
-    ity = ir.VectorType(ir.IntType(32), bits.type.count) if vec else ir.IntType(32)
-    sixteen = ir.Constant(ity, [16] * bits.type.count) if vec else ir.Constant(ity, 16)
-    fty = ir.VectorType(ir.FloatType(), bits.type.count) if vec else ir.FloatType()
-    return b.bitcast(b.shl(b.zext(bits, ity), sixteen), fty)
-
-
 def bf16_panel_order(nr: int, vw: int):
     """Where each of a bfloat16 panel row's nr columns is stored: the vectors in pairs,
     the two interleaved (column i of the first, then column i of the second), so one
@@ -95,10 +86,9 @@ def round_bf16(b, x):
 
 
 def _ld(b, ptr, index):
-    """A scalar operand load; fp16 / bf16 weights are widened to f32."""
+    """A scalar operand load; fp16 weights are widened to f32 (bf16 ones are only ever
+    read as whole panel rows, _ld_bf16_row)."""
     v = b.load(b.gep(ptr, [index], inbounds=True))
-    if _is_bf16(ptr):
-        return _widen_bf16(b, v)
     return b.fpext(v, ir.FloatType()) if _is_half(ptr) else v
 
 
@@ -107,8 +97,10 @@ def _ld_vec(b, ptr, index, vty):
     if _is_half(ptr):
         hty = ir.VectorType(ir.HalfType(), vty.count)
         return b.fpext(b.load(_vec_ptr(b, ptr, index, hty), align=2), vty)
-    if _is_bf16(ptr):
-        return _widen_bf16(b, b.load(_vec_ptr(b, ptr, index, ir.VectorType(ir.IntType(16), vty.count)), align=2))
+    if _is_bf16(ptr):  # exact: a bf16 is the top half of an f32
+        bits = b.load(_vec_ptr(b, ptr, index, ir.VectorType(ir.IntType(16), vty.count)), align=2)
+        ity = ir.VectorType(ir.IntType(32), vty.count)
+        return b.bitcast(b.shl(b.zext(bits, ity), ir.Constant(ity, [16] * vty.count)), vty)
     return b.load(_vec_ptr(b, ptr, index, vty), align=4)
 
 
