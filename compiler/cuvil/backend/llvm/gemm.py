@@ -85,6 +85,20 @@ def round_bf16(b, x):
     return b.select(b.fcmp_unordered("uno", x, x), x, r)
 
 
+def emit_round_run(b, src, dst, begin, count, vw):
+    """dst[begin : begin + count] = src[...] rounded to bfloat16 (round_bf16; f32
+    pointers, may be the same): whole vectors, then a scalar tail."""
+    vty = ir.VectorType(ir.FloatType(), vw)
+    whole = b.sdiv(count, i64(vw)) if not isinstance(count, int) else i64(count // vw)
+    with for_range(b, whole, name="rv") as v:
+        at = b.add(begin, b.mul(v, i64(vw)))
+        b.store(round_bf16(b, b.load(_vec_ptr(b, src, at, vty), align=4)), _vec_ptr(b, dst, at, vty), align=4)
+    tail = b.srem(count, i64(vw)) if not isinstance(count, int) else i64(count % vw)
+    with for_range(b, tail, name="rt") as j:
+        at = b.add(b.add(begin, b.mul(whole, i64(vw))), j)
+        b.store(round_bf16(b, b.load(b.gep(src, [at], inbounds=True))), b.gep(dst, [at], inbounds=True))
+
+
 def _ld(b, ptr, index):
     """A scalar operand load; fp16 weights are widened to f32 (bf16 ones are only ever
     read as whole panel rows, _ld_bf16_row)."""

@@ -19,7 +19,7 @@ from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
                    VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
                    store)
-from .gemm import (_splat, blocked_gemm, round_bf16, emit_gemm, emit_gemm_blocked, emit_gemm_packed, emit_gemm_panel,
+from .gemm import (_splat, blocked_gemm, emit_round_run, round_bf16, emit_gemm, emit_gemm_blocked, emit_gemm_packed, emit_gemm_panel,
                    emit_pack_b, pack_b, packed_work_items, panel_width, row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
@@ -823,11 +823,7 @@ def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp, slot, rnd=None):
         return
     _im2col_panel(b, k2, b.gep(S, [b.mul(slot, i64(kdim * nr))], inbounds=True), xplane0, pp, (0, nr))
     if rnd is not None and padded_input(xt, wt, k2.out_type, k2.attrs) is None:
-        vty = ir.VectorType(F32, k2.vw)
-        at0 = b.mul(slot, i64(kdim * nr))
-        with for_range(b, kdim * nr // k2.vw, name="rv") as v:
-            ptr = b.bitcast(b.gep(S, [b.add(at0, b.mul(v, i64(k2.vw)))], inbounds=True), vty.as_pointer())
-            b.store(rnd(b, b.load(ptr, align=4)), ptr, align=4)
+        emit_round_run(b, S, S, b.mul(slot, i64(kdim * nr)), kdim * nr, k2.vw)
 
 
 def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras, gemm_panel=None,

@@ -19,12 +19,11 @@ gemm.pack_b panels, a conv's rows as they are).
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 
 from ...errors import BackendError
 from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
-from .gemm import _min, bf16_panel_order, pack_b, packed_work_items, panel_width, round_bf16, row_blocks
+from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d,
                       matmul_packed, parallel)
 from .loops import for_range
@@ -134,19 +133,11 @@ def _matmul_plain_bf16(b, k: KernelArgs):
     rows = k.in_types[0].numel // kk
     if not (isinstance(rows, int) and isinstance(kk, int)):
         return matmul_packed(b, k, _bf16_bits, round_a=True)
-    vty = ir.VectorType(F32, k.vw)
 
     def round_rows(b, k2, t, _):
         begin = b.mul(t, i64(QROWS * kk))
         count = b.sub(_min(b, b.add(begin, i64(QROWS * kk)), i64(rows * kk)), begin)
-        src, dst = k2.ins[0], b.bitcast(k2.scratch, F32.as_pointer())
-        with for_range(b, b.sdiv(count, i64(k2.vw)), name="rv") as v:
-            at = b.add(begin, b.mul(v, i64(k2.vw)))
-            x = b.load(b.bitcast(b.gep(src, [at], inbounds=True), vty.as_pointer()), align=4)
-            b.store(round_bf16(b, x), b.bitcast(b.gep(dst, [at], inbounds=True), vty.as_pointer()), align=4)
-        with for_range(b, b.srem(count, i64(k2.vw)), name="rt") as j:
-            at = b.add(b.add(begin, b.sub(count, b.srem(count, i64(k2.vw)))), j)
-            b.store(round_bf16(b, b.load(b.gep(src, [at], inbounds=True))), b.gep(dst, [at], inbounds=True))
+        emit_round_run(b, k2.ins[0], b.bitcast(k2.scratch, F32.as_pointer()), begin, count, k2.vw)
     parallel(b, k, -(-rows // QROWS), round_rows)
     matmul_packed(b, k, _bf16_bits, a=lambda b, k2: b.bitcast(k2.scratch, F32.as_pointer()))
 
