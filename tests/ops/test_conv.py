@@ -73,7 +73,7 @@ class ConvBlock(nn.Module):
 @pytest.mark.parametrize("act", [nn.ReLU(), nn.ReLU6(), nn.Hardswish(), nn.LeakyReLU(0.1), nn.GELU()],
                          ids=["relu", "relu6", "hardswish", "leaky", "gelu"])
 @pytest.mark.parametrize("residual", [False, True])
-@pytest.mark.parametrize("hw", [(13, 11), (16, 16)], ids=["transposed", "panels"])
+@pytest.mark.parametrize("hw", [(7, 7), (16, 16)], ids=["transposed", "panels"])
 def test_conv_epilogue(act, residual, hw):
     check_torch(ConvBlock(act, residual), seeded(7, 2, 8, *hw), atol=ATOL, rtol=RTOL)
 
@@ -94,19 +94,39 @@ class ConvResidual(nn.Module):
     (conv(40, 64, 1, stride=2), (2, 40, 13, 13)),                      # strided 1x1: packed
     (conv(16, 20, 3, padding=2, dilation=2), (1, 16, 9, 11)),          # dilation: packed per element
     (conv(24, 33, 1), (3, 24, 1, 1)),                                   # one output position
-    (conv(24, 32, 3, padding=1, bias=False), (1, 24, 5, 3)),           # fewer positions than a vector
-    (conv(12, 18, (3, 5), stride=(2, 1), padding=(1, 2)), (1, 12, 9, 9)),
+    (conv(24, 32, 3, padding=1, bias=False), (1, 24, 3, 3)),           # fewer positions than a vector
+    (conv(12, 18, (3, 5), stride=(2, 1), padding=(1, 2)), (1, 12, 9, 5)),
 ])
 def test_small_output_planes_run_transposed(module, shape):
-    """Output planes that fill the 32-wide panels poorly (kernels.conv_transposed) run as
-    C^T = im2col^T @ W^T with W^T packed, transposed back into NCHW with the epilogue."""
+    """Output planes that fill the host's column panels poorly (kernels.conv_transposed;
+    these do at 12, 16 and 32 columns) run as C^T = im2col^T @ W^T with W^T packed,
+    transposed back into NCHW with the epilogue."""
     from cuvil.backend.llvm.kernels import conv_transposed
+    from cuvil.backend.llvm.target import host_target
     x = seeded(8, *shape)
     with torch.no_grad():
         r = seeded(9, *module(x).shape)
     ir = check_torch(ConvResidual(module), x, r, atol=ATOL, rtol=RTOL)
     (op,) = [op for op in ir.main.body.ops if op.name == "cuvil.conv2d"]
-    assert conv_transposed(op)
+    assert conv_transposed(op, host_target().vector_bits // 32)
+
+
+@pytest.mark.parametrize("module, shape", [
+    (conv(24, 40, 3, padding=1), (1, 24, 14, 14)),    # 196 positions: 13 panels of 16
+    (conv(64, 30, 1), (1, 64, 12, 12)),               # 1x1, 144 positions: 9 whole panels
+    (conv(16, 26, 3, stride=2, padding=1), (2, 16, 23, 25)),   # 12 x 13 per image, two images
+])
+def test_well_filled_panels_below_the_fused_count(module, shape):
+    """Fewer than FUSED_PACK_PANELS panels that fill 16-wide panels well: with 256-bit
+    vectors these are not transposed; all panels are packed, then each thread runs its
+    range of panels K-blocked (gemm.emit_gemm_blocked), residual and ReLU per tile."""
+    from cuvil.backend.llvm.kernels import conv_transposed
+    x = seeded(10, *shape)
+    with torch.no_grad():
+        r = seeded(11, *module(x).shape)
+    ir = check_torch(ConvResidual(module), x, r, atol=ATOL, rtol=RTOL)
+    (op,) = [op for op in ir.main.body.ops if op.name == "cuvil.conv2d"]
+    assert not conv_transposed(op, 8)
 
 
 def test_depthwise_lowers_to_one_grouped_conv():

@@ -40,10 +40,25 @@ class _Convs(nn.Module):
         return self.c3(nn.functional.max_pool2d(y, 3, 1, 1))   # 48 planes of 20 x 19
 
 
+class _FewPanels(nn.Module):
+    """Convs of 9 and 13 well-filled panels (fewer than kernels.FUSED_PACK_PANELS): all
+    panels packed, then each thread takes a range of them (with 256-bit vectors)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.c1 = nn.Conv2d(16, 40, 3, padding=1)
+        self.c2 = nn.Conv2d(40, 28, 1)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x)))
+
+
 @pytest.mark.parametrize("make, shapes", [
     (_Rows, [(2, 100, 384), (4, 12, 64, 96)]),
     (_Convs, [(2, 8, 40, 38)]),
-], ids=["rows", "convs"])
+    (_FewPanels, [(1, 16, 14, 14)]),
+], ids=["rows", "convs", "few-panels"])
 def test_two_threads_give_the_bits_of_one(make, shapes):
     model = make().eval()
     rng = np.random.default_rng(3)

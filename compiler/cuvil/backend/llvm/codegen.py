@@ -106,7 +106,7 @@ class _Codegen:
         """A matmul whose B is a constant 2-D f32 matrix, or a transposed conv
         (kernels.conv_transposed): B / W^T is stored packed in panels."""
         if op.name == "cuvil.conv2d":
-            return conv_transposed(op)
+            return conv_transposed(op, self.vw)
         if op.name != "cuvil.matmul":
             return False
         b_val = op.operands[1]

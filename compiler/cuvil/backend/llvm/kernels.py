@@ -418,7 +418,9 @@ def scratch_bytes(op) -> int:
     _, gemm = conv_geometry(x, w, op.result.type, op.attrs)
     if not gemm:
         return 0
-    return _conv_scratch(x, w, op.result.type, op.attrs, conv_transposed(op))[1]
+    # The memory plan does not know the target: a conv that runs transposed on some
+    # vector width reserves the larger of the two forms' scratch.
+    return max(_conv_scratch(x, w, op.result.type, op.attrs, t)[1] for t in {False, _transposable(op)})
 
 
 def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transposed: bool) -> tuple[int, int]:
@@ -438,11 +440,9 @@ def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transpos
     return front // 4, front + ct
 
 
-def conv_transposed(op) -> bool:
-    """Whether a conv runs transposed, C^T[P, OC] = im2col^T @ W^T with W^T packed in
-    panels at compile time (gemm.pack_b): for f32 GEMM convs with a constant weight whose
-    output planes (P = OH*OW values) would fill the 32-wide column panels poorly (P = 49
-    uses 49 of 64 lanes), the output channels take the vector lanes instead."""
+def _transposable(op) -> bool:
+    """Whether conv_transposed may choose the transposed form for some vector width: an
+    f32 GEMM conv of static shapes, one group, with a constant weight."""
     if op.name != "cuvil.conv2d" or len(op.operands) < 2:
         return False
     x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
@@ -451,10 +451,20 @@ def conv_transposed(op) -> bool:
         return False
     if not all(isinstance(v, int) for v in (*x.shape, *w.shape, *out.shape)) or op.attrs["groups"] != 1:
         return False
-    if not conv_geometry(x, w, out, op.attrs)[1]:
+    return conv_geometry(x, w, out, op.attrs)[1]
+
+
+def conv_transposed(op, vw: int) -> bool:
+    """Whether a conv runs transposed, C^T[P, OC] = im2col^T @ W^T with W^T packed in
+    panels at compile time (gemm.pack_b): for f32 GEMM convs with a constant weight whose
+    output planes (P = OH*OW values) would fill the target's column panels poorly (P = 49
+    uses 49 of 64 lanes in 16-wide panels), the output channels take the vector lanes
+    instead. Measured on an AVX2 Zen 1 core: 512 -> 512 3x3 at 7x7 31 GFLOP/s transposed,
+    26 not; 256 -> 256 3x3 at 14x14 (196 of 208 lanes) 32 not transposed, 26-29 transposed."""
+    if not _transposable(op):
         return False
-    p = out.shape[2] * out.shape[3]
-    return p < 0.9 * -(-p // PANEL_PAD) * PANEL_PAD
+    p, nr = op.result.type.shape[2] * op.result.type.shape[3], panel_width(vw)
+    return p < 0.9 * -(-p // nr) * nr
 
 
 def conv_weights_packed(value, vw: int):
@@ -571,15 +581,14 @@ def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
                              ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), items=(t, b.add(t, i64(1))),
                              panel_at=slot)
 
-        def gemm_panel(b, k2, pp, ex, slot):  # all weight rows times panel pp, K-blocked
+        def gemm_panels(b, k2, panels_, ex, slot):  # all weight rows times panels [p0, p1), K-blocked
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             emit_gemm_blocked(b, weights(b, k2), b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
-                              ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), panels=(pp, b.add(pp, i64(1))),
-                              panel_at=slot)
+                              ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), panels=panels_, panel_at=slot)
 
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
-                      [row_base, gi], gemm_panel if blocked_gemm(ocg, p, k.vw) else None, rnd)
+                      [row_base, gi], gemm_panels if blocked_gemm(ocg, p, k.vw) else None, rnd)
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
 
@@ -826,15 +835,18 @@ def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp, slot, rnd=None):
         emit_round_run(b, S, S, b.mul(slot, i64(kdim * nr)), kdim * nr, k2.vw)
 
 
-def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras, gemm_panel=None,
+def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras, gemm_panels=None,
                   rnd=None):
     """Run a GEMM conv's pack(b, k2, panel, [xplane0], slot) and gemm_items(b, k2, t,
     extras, slot) (t = panel * blocks + row block; the panel is packed at panel slot
     `slot` of the scratch) across the threads: with >= FUSED_PACK_PANELS panels each
     work item packs one panel and multiplies it by all the weight rows at once, while
     it is in cache, every panel of a thread's chunk in the same slot (the first of the
-    chunk), by gemm_panel(b, k2, panel, extras, slot) where given, else item by item;
-    fewer panels are all packed first, each at its own slot, then the items split.
+    chunk), by gemm_panels(b, k2, (panel, panel + 1), extras, slot) where given, else
+    item by item; fewer panels are all packed first, each at its own slot, then split:
+    gemm_panels(b, k2, (p0, p1), extras, None) on each thread's range of panels where
+    given (K-blocked across them: a weight block is read from L2 for every panel of the
+    range, not streamed once per panel), else the items.
     Convs of dilation 1 first copy their input planes zero-padded (padded_input), each
     value mapped by `rnd` where given."""
     xt, wt = k.in_types[:2]
@@ -844,15 +856,18 @@ def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, 
         def pack_and_multiply(b, k2, pp, ex):
             slot = ex[-1]  # every panel of this thread's chunk goes through one slot, kept in cache
             pack(b, k2, pp, ex[:1], slot)
-            if gemm_panel is not None:
-                gemm_panel(b, k2, pp, ex[1:-1], slot)
+            if gemm_panels is not None:
+                gemm_panels(b, k2, (pp, b.add(pp, i64(1))), ex[1:-1], slot)
                 return
             with for_range(b, blocks, name="rb") as rb:
                 gemm_items(b, k2, b.add(b.mul(pp, i64(blocks)), rb), ex[1:-1], slot)
         parallel(b, k, panels, pack_and_multiply, [xplane0, *extras], chunk_start=True)
     else:
         parallel(b, k, panels, lambda b, k2, pp, ex: pack(b, k2, pp, ex, pp), [xplane0])
-        parallel(b, k, blocks * panels, lambda b, k2, t, ex: gemm_items(b, k2, t, ex, None), extras)
+        if gemm_panels is not None:  # each thread's range of panels, K-blocked across its panels
+            parallel(b, k, panels, lambda b, k2, rng, ex: gemm_panels(b, k2, rng, ex, None), extras, ranges=True)
+        else:
+            parallel(b, k, blocks * panels, lambda b, k2, t, ex: gemm_items(b, k2, t, ex, None), extras)
 
 
 def k_conv2d_direct(b, k: KernelArgs):
