@@ -3,7 +3,8 @@ sizes 1 to 7, strides 1 to 3, dilation, symmetric and uneven padding, channel
 multipliers 1 and 2, planes from smaller than the window to wider than several
 register blocks (so the vector blocks, the narrower vectors and the scalar border
 columns all run), fused epilogues (bias, ReLU6, residual); for this host's vector width
-and for 256- and 128-bit targets; and one model through the shared library on two
+and for 256- and 128-bit targets (the masked kernel, k_conv2d_depthwise_masked, runs
+where the host has 512-bit vectors, the row kernel elsewhere); and one model through the shared library on two
 threads. Also: the kernel is the one these convs use, and border taps read only the
 input they cover (an inf outside a window stays out of its output)."""
 from __future__ import annotations
@@ -74,6 +75,24 @@ def test_depthwise_epilogue(hw):
     check_torch(Block(), seeded(2, 2, 6, *hw), seeded(3, 2, 6, *hw), atol=ATOL, rtol=RTOL)
 
 
+class BiasRelu6(nn.Module):
+    """Depthwise + bias + ReLU6 without a residual: an epilogue of one value per plane,
+    which the masked kernel applies in registers before the store."""
+
+    def __init__(self, c, stride):
+        super().__init__()
+        self.conv = dw(c, 3, padding=1, stride=stride, seed=3)
+
+    def forward(self, x):
+        return F.relu6(self.conv(x) * 2.0)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("hw", [(7, 7), (14, 14), (50, 35)])
+def test_depthwise_bias_relu6(hw, stride):
+    check_torch(BiasRelu6(8, stride), seeded(12, 1, 8, *hw), atol=ATOL, rtol=RTOL)
+
+
 @pytest.mark.parametrize("target", NARROW)
 @pytest.mark.parametrize("case", [1, 2, 3, 9])
 def test_depthwise_on_narrower_vectors(target, case):
@@ -86,15 +105,17 @@ def test_depthwise_on_narrower_vectors(target, case):
 
 
 def test_the_depthwise_kernel_runs(monkeypatch):
+    """The conv runs one depthwise kernel: the masked one where the host has 512-bit
+    vectors, the row kernel otherwise."""
     calls = []
-    real = kernels.k_conv2d_depthwise
-
-    def counting(b, k):
-        calls.append(k.in_types[1].shape)
-        return real(b, k)
-    monkeypatch.setattr(kernels, "k_conv2d_depthwise", counting)
+    for name in ("k_conv2d_depthwise", "k_conv2d_depthwise_masked"):
+        def counting(b, k, real=getattr(kernels, name), name=name):
+            calls.append((name, k.in_types[1].shape))
+            return real(b, k)
+        monkeypatch.setattr(kernels, name, counting)
     check_torch(Block(stride=2), seeded(5, 1, 6, 20, 20), seeded(6, 1, 6, 10, 10), atol=ATOL, rtol=RTOL)
-    assert calls == [(6, 1, 3, 3)]
+    wide = HOST.vector_bits >= 512
+    assert calls == [("k_conv2d_depthwise_masked" if wide else "k_conv2d_depthwise", (6, 1, 3, 3))]
 
 
 def test_border_taps_read_only_their_window():

@@ -217,6 +217,7 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
             store(b, res, k.out, idx[0], k.out_type.dtype)
         loop_nest(b, nest, views, body)
     run.supports_cols = supports_cols
+    run.per_row = all(fs[0] == 0 for fs in flat_strides[1:])  # extras: one value per row (a bias)
     if vector_cols:
         run.apply = apply
     return run
@@ -543,7 +544,7 @@ def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
     _, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
     if weights is None and (not gemm or k.out_type.dtype != "f32"):
         if depthwise(xt, wt, k.out_type, k.attrs):
-            return k_conv2d_depthwise(b, k)
+            return (k_conv2d_depthwise_masked if k.vw >= 16 else k_conv2d_depthwise)(b, k)
         return k_conv2d_direct(b, k)
     if k.packed_b and weights is None:
         return k_conv2d_transposed(b, k)
@@ -944,6 +945,125 @@ def _strided_load(b, X, index, width: int, stride: int):
         return wide
     return b.shuffle_vector(wide, ir.Constant(vty, ir.Undefined),
                             ir.Constant(ir.VectorType(ir.IntType(32), width), [j * stride for j in range(width)]))
+
+
+# Output rows per register block of the masked depthwise kernel (AVX-512: 32 registers
+# hold the rows' accumulators, the 3x3 window's weight splats and the loaded inputs).
+DW_ROWS = 6
+# Planes of at most this many (row, vector) pairs are emitted without a row loop.
+DW_STATIC_VECTORS = 64
+
+
+def _masked_mem(b, name: str, vty, args):
+    """Call llvm.masked.load / llvm.masked.store (the form with the alignment operand)."""
+    full = f"llvm.masked.{name}.v{vty.count}f32.p0"
+    fn = b.module.globals.get(full)
+    if fn is None:
+        ret = vty if name == "load" else ir.VoidType()
+        fn = ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]), name=full)
+    return b.call(fn, args)
+
+
+def _mask(bits) -> ir.Constant:
+    return ir.Constant(ir.VectorType(ir.IntType(1), len(bits)), [int(v) for v in bits])
+
+
+def k_conv2d_depthwise_masked(b, k: KernelArgs):
+    """A depthwise convolution for AVX-512, one output plane per work item, in register
+    blocks of up to DW_ROWS output rows by one vector of output columns: each input row
+    the block reads is loaded once per tap column (a masked load where the taps leave the
+    row: the zero padding comes from the mask, so no border columns are computed apart)
+    and feeds every output row of the block that uses it. Rows whose window leaves the
+    image are handled at compile time (the border blocks are unrolled, the others run in
+    a loop); the last vector of a row is stored masked. The epilogue is applied in
+    registers where its extra operands are one value per plane (a bias), else to each
+    block once it is stored."""
+    xt, wt = k.in_types[:2]
+    n, c, h, w = xt.shape
+    oc, _, kh, kw = wt.shape
+    _, _, oh, ow = k.out_type.shape
+    mult = oc // c
+    (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
+    vw = k.vw
+    vty, wide = ir.VectorType(F32, vw), ir.VectorType(F32, vw * sw)
+    chunks = list(range(0, ow, vw))
+    y_lo = min(oh, -(-pt // sh))
+    y_hi = max(y_lo, min(oh, (h - 1 + pt - (kh - 1) * dh) // sh + 1))
+    epi_all = _row_epilogue(k, 2, 2)
+    in_regs = epi_all is not None and getattr(epi_all, "apply", None) is not None and epi_all.per_row
+    keep = ir.Constant(ir.VectorType(ir.IntType(32), vw), [j * sw for j in range(vw)])
+    zero_wide = ir.Constant(wide, [0.0] * (vw * sw))
+
+    def plane(b, k2, t, _):
+        X, W, O = k2.ins[0], k2.ins[1], k2.out
+        ni, o = b.sdiv(t, i64(oc)), b.srem(t, i64(oc))
+        xplane = b.mul(b.add(b.mul(ni, i64(c)), b.sdiv(o, i64(mult))), i64(h * w))
+        wv = [_splat(b, load(b, W, b.add(b.mul(o, i64(kh * kw)), i64(j)), wt.dtype), vty) for j in range(kh * kw)]
+        oplane = b.mul(t, i64(oh * ow))
+        epi = _row_epilogue(k2, 2, 2) if epi_all is not None else None
+
+        def block(y0, rows: int, first: int | None):
+            """Output rows [y0, y0 + rows); `first` is y0 where it is known at compile
+            time (a border block: its tap rows outside the image are skipped), else
+            every tap row lies in the image."""
+            for x0 in chunks:
+                accs = [None] * rows
+                for r_in in range((rows - 1) * sh + (kh - 1) * dh + 1):
+                    users = [(r, ky) for r in range(rows) for ky in range(kh) if r * sh + ky * dh == r_in]
+                    if not users:
+                        continue
+                    if first is not None and not 0 <= first * sh - pt + r_in < h:
+                        continue
+                    iy = b.add(b.mul(y0, i64(sh)), i64(r_in - pt))
+                    rbase = b.add(xplane, b.mul(iy, i64(w)))
+                    for kx in range(kw):
+                        col = x0 * sw + kx * dw - pl
+                        valid = [0 <= col + e < w for e in range(vw * sw)]
+                        if not any(valid):
+                            continue
+                        ptr = b.bitcast(b.gep(X, [b.add(rbase, i64(col))], inbounds=True), wide.as_pointer())
+                        xv = (b.load(ptr, align=4) if all(valid) else
+                              _masked_mem(b, "load", wide, [ptr, ir.Constant(ir.IntType(32), 4), _mask(valid),
+                                                           zero_wide]))
+                        if sw > 1:
+                            xv = b.shuffle_vector(xv, ir.Constant(wide, ir.Undefined), keep)
+                        for r, ky in users:
+                            p = b.fmul(wv[ky * kw + kx], xv, flags=("contract",))
+                            accs[r] = p if accs[r] is None else b.fadd(accs[r], p, flags=("contract",))
+                for r in range(rows):
+                    acc = accs[r] if accs[r] is not None else ir.Constant(vty, [0.0] * vw)
+                    at = b.add(b.mul(b.add(y0, i64(r)), i64(ow)), i64(x0))
+                    if in_regs:
+                        acc = epi.apply(b, t, at, acc)
+                    ptr = b.bitcast(b.gep(O, [b.add(oplane, at)], inbounds=True), vty.as_pointer())
+                    if x0 + vw <= ow:
+                        b.store(acc, ptr, align=4)
+                    else:
+                        _masked_mem(b, "store", vty, [acc, ptr, ir.Constant(ir.IntType(32), 4),
+                                                      _mask([j < ow - x0 for j in range(vw)])])
+            if epi is not None and not in_regs:
+                epi(b, t, 1, b.mul(y0, i64(ow)), rows * ow)
+
+        def static_blocks(y_from: int, y_to: int):
+            count = y_to - y_from
+            if count <= 0:
+                return
+            nb = -(-count // DW_ROWS)
+            for i in range(nb):
+                r0, r1 = y_from + count * i // nb, y_from + count * (i + 1) // nb
+                block(i64(r0), r1 - r0, r0)
+
+        if oh * len(chunks) <= DW_STATIC_VECTORS:
+            static_blocks(0, oh)
+            return
+        inner = (y_hi - y_lo) // DW_ROWS
+        static_blocks(0, y_lo)
+        if inner:
+            with for_range(b, i64(inner), name="yb") as yb:
+                block(b.add(i64(y_lo), b.mul(yb, i64(DW_ROWS))), DW_ROWS, None)
+        static_blocks(y_lo + inner * DW_ROWS, oh)
+
+    parallel(b, k, n * oc, plane)
 
 
 def k_conv2d_depthwise(b, k: KernelArgs):
