@@ -43,6 +43,11 @@ def conv(cin, cout, k, seed=0, **kw) -> nn.Conv2d:
     (conv(8, 12, 3, groups=2, padding=(0, 1)), (1, 8, 19, 18)),
     (conv(16, 8, 1), (1, 16, 20, 21)),                               # pointwise, packed by vectors
     (conv(8, 8, 1, stride=2), (1, 8, 35, 33)),
+    # strided 1x1 convs run as slice + pointwise conv (canonicalize): odd sizes, uneven
+    # strides, groups, batch 2, a transposed one (7x7 output planes of 64 channels)
+    (conv(16, 24, 1, stride=(2, 3)), (2, 16, 21, 20)),
+    (conv(12, 16, 1, stride=3, groups=2), (1, 12, 17, 19)),
+    (conv(64, 64, 1, stride=2), (1, 64, 14, 14)),
     (conv(6, 8, (1, 5), stride=(1, 3), padding=(0, 2)), (1, 6, 30, 40)),
     # dilation 1 packs from a zero-padded copy of the input (split by column phase for
     # strides > 1): rows narrower than a vector (a vector's lanes span up to 4 output

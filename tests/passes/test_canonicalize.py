@@ -1,12 +1,12 @@
 """canonicalize: batch norm to mul + add, no-op removal, reshape/transpose chains,
-sub/div by constants, constants to the right."""
+sub/div by constants, constants to the right, strided 1x1 convs to slice + conv."""
 from __future__ import annotations
 
 import numpy as np
 
 from cuvil.ir import parse_module, run
 from cuvil.passes import Canonicalize
-from tests.passes.helpers import assert_close, assert_golden, const, ir
+from tests.passes.helpers import apply, assert_close, assert_golden, const, ir
 
 BN_CONST = """
     func @main(%0: tensor<[1, 2, 3, 3], f32> "x") -> ("y") {
@@ -156,3 +156,37 @@ def test_division_by_zero_is_left_alone():
           cuvil.return(%2)
         }"""
     assert_golden(Canonicalize(), text, text, {"c": np.array([2, 0], np.float32)})
+
+
+STRIDED_1X1 = """
+    func @main(%0: tensor<[2, 6, 9, 10], f32> "x") -> ("y") {
+      %1 = cuvil.constant() {name = "w"} : tensor<[4, 3, 1, 1], f32>
+      %2 = cuvil.conv2d(%0, %1) {stride = [2, 3], pads = [0, 0, 0, 0], dilation = [1, 1], groups = 2} : tensor<[2, 4, 5, 4], f32>
+      cuvil.return(%2)
+    }"""
+
+
+def test_strided_1x1_conv_becomes_a_slice_and_a_stride_1_conv():
+    weights = {"w": np.random.default_rng(1).standard_normal((4, 3, 1, 1)).astype(np.float32)}
+    module = assert_golden(Canonicalize(), STRIDED_1X1, """
+        func @main(%0: tensor<[2, 6, 9, 10], f32> "x") -> ("y") {
+          %1 = cuvil.constant() {name = "w"} : tensor<[4, 3, 1, 1], f32>
+          %2 = cuvil.slice(%0) {ends = [2, 6, 9, 10], starts = [0, 0, 0, 0], steps = [1, 1, 2, 3]} : tensor<[2, 6, 5, 4], f32>
+          %3 = cuvil.conv2d(%2, %1) {dilation = [1, 1], groups = 2, pads = [0, 0, 0, 0], stride = [1, 1]} : tensor<[2, 4, 5, 4], f32>
+          cuvil.return(%3)
+        }""", weights)
+    x = np.random.default_rng(0).standard_normal((2, 6, 9, 10)).astype(np.float32)
+    assert_close(run(module, [x]), run(parse_module(ir(STRIDED_1X1), weights), [x]))
+
+
+def test_padded_or_wider_strided_convs_stay():
+    for conv in ("{stride = [2, 2], pads = [1, 1, 1, 1], dilation = [1, 1], groups = 1} : tensor<[1, 4, 6, 6], f32>",
+                 "{stride = [1, 1], pads = [0, 0, 0, 0], dilation = [1, 1], groups = 1} : tensor<[1, 4, 9, 10], f32>"):
+        text = f"""
+            func @main(%0: tensor<[1, 3, 9, 10], f32> "x") -> ("y") {{
+              %1 = cuvil.constant() {{name = "w"}} : tensor<[4, 3, 1, 1], f32>
+              %2 = cuvil.conv2d(%0, %1) {conv}
+              cuvil.return(%2)
+            }}"""
+        module = apply(Canonicalize(), text, {"w": np.ones((4, 3, 1, 1), np.float32)})
+        assert [op.name for op in module.main.body.ops] == ["cuvil.constant", "cuvil.conv2d", "cuvil.return"]

@@ -6,7 +6,10 @@
   reshape(reshape(x)) -> reshape(x); transpose(transpose(x)) -> one transpose;
 - constants go to the right of commutative ops: add(c, x) -> add(x, c);
 - float `sub(x, c)` -> `add(x, -c)`, `div(x, c)` -> `mul(x, 1/c)` (f16 only when 1/c is
-  exact); then `add(x, 0)` and `mul(x, 1)` -> x where that keeps x's type.
+  exact); then `add(x, 0)` and `mul(x, 1)` -> x where that keeps x's type;
+- a strided 1x1 `conv2d` without padding -> the same conv at stride 1 on
+  `slice(x, steps = the strides)`: the kernels then pack the kept pixels as a
+  pointwise conv (plain copies) instead of gathering im2col panels from the whole input.
 """
 from __future__ import annotations
 
@@ -115,7 +118,25 @@ def _binary(op: Op, names: ConstNames) -> bool:
     return False
 
 
+def _strided_pointwise(op: Op, names) -> bool:
+    """conv2d(x, W[oc, icg, 1, 1], stride (sh, sw) != 1, no padding) ->
+    conv2d(slice(x, steps [1, 1, sh, sw]), W, stride 1)."""
+    x, w = op.operands[0], op.operands[1]
+    (sh, sw), oh, ow = op.attrs["stride"], op.result.shape[2], op.result.shape[3]
+    if tuple(w.shape[2:]) != (1, 1) or (sh, sw) == (1, 1) or any(op.attrs["pads"]):
+        return False
+    if not all(isinstance(d, int) for d in (*x.shape[2:], oh, ow)):
+        return False
+    ends = [x.shape[0], x.shape[1], (oh - 1) * sh + 1, (ow - 1) * sw + 1]
+    sliced = add_op(op.parent, op, "cuvil.slice", [x], dict(starts=[0, 0, 0, 0], ends=ends, steps=[1, 1, sh, sw]),
+                    op.loc).result
+    op.set_operand(0, sliced)
+    op.attrs["stride"] = [1, 1]
+    return True
+
+
 _RULES = {
+    "cuvil.conv2d": _strided_pointwise,
     "cuvil.batch_norm": _batch_norm,
     "cuvil.reshape": _reshape,
     "cuvil.transpose": _transpose,
