@@ -25,7 +25,8 @@ from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I8, I64, MEM_TYPES, PTR, i64
 from .custom import emit_custom
-from .kernels import EMITTERS, KernelArgs, conv_transposed, conv_weights_packed, k_copy, scratch_bytes
+from .kernels import (EMITTERS, KernelArgs, conv_transposed, conv_weights_packed, conv_winograd, k_copy,
+                      scratch_bytes, winograd_weights)
 from .gemm import pack_b
 from . import qkernels
 from .qgemm8 import BF16_GENERIC, GENERIC, bf16_isa, int8_isa
@@ -106,7 +107,7 @@ class _Codegen:
         """A matmul whose B is a constant 2-D f32 matrix, or a transposed conv
         (kernels.conv_transposed): B / W^T is stored packed in panels."""
         if op.name == "cuvil.conv2d":
-            return conv_transposed(op, self.vw)
+            return conv_transposed(op, self.vw) or conv_winograd(op, self.vw)
         if op.name != "cuvil.matmul":
             return False
         b_val = op.operands[1]
@@ -126,8 +127,14 @@ class _Codegen:
             if op.name != "cuvil.constant":
                 continue
             uses = [(u, i) for u in op.result.uses for i, v in enumerate(u.operands) if v is op.result]
-            if any(i == 1 and self._packs_b(u) for u, i in uses):  # a matmul's B or a conv's weight
-                packed = pack_b(op.value, self.vw) if op.value.ndim == 2 else conv_weights_packed(op.value, self.vw)
+            packers = [u for u, i in uses if i == 1 and self._packs_b(u)]
+            if packers:  # a matmul's B or a conv's weight
+                if op.value.ndim == 2:
+                    packed = pack_b(op.value, self.vw)
+                elif conv_winograd(packers[0], self.vw):
+                    packed = winograd_weights(op.value)
+                else:
+                    packed = conv_weights_packed(op.value, self.vw)
                 self._add_blob((id(op.result), "packed"), packed)
             if any(not _inlinable(u, i) and not (i == 1 and self._packs_b(u)) and u.name != "cuvil.dequantize"
                    for u, i in uses):
