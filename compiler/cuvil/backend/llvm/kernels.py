@@ -480,8 +480,10 @@ def conv_transposed(op, vw: int) -> bool:
 WINO_BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
 WINO_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 WINO_AT = ((1, 1, 1, 0), (0, 1, -1, -1))
-# Channels and 2x2 tiles below which the direct GEMM conv is kept (a 7x7 plane has 16
-# tiles for 49 outputs, and its GEMMs would fill half a vector panel).
+# Channels and 2x2 tiles below which the direct GEMM conv is kept. A 7x7 plane has 16
+# tiles: ResNet-50's 512 -> 512 convs there took 960 instead of 1130 us at one thread on
+# Zen 5 but gained nothing at two, where the transformed weight (16/9 of the bytes,
+# 16.8 MiB) streams from memory.
 WINO_MIN_CHANNELS = 16
 WINO_MIN_TILES = 32
 
