@@ -127,10 +127,19 @@ def test_plain_bf16_blocked_matmul_matches_the_interpreter(vector_bits):
     _check(_WideLinears().eval(), x, vector_bits, BF16_GENERIC)
 
 
-@pytest.mark.parametrize("vector_bits", [128, 256])
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
 def test_plain_bf16_convs_match_the_interpreter(vector_bits):
     x = torch.randn(1, 8, 20, 21, generator=torch.Generator().manual_seed(6))
     _check(_BigConvs().eval(), x, vector_bits, BF16_GENERIC)
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
+def test_bf16_3x3_convs_keep_the_bf16_arithmetic(isa):
+    """A conv of the shape f32 runs by Winograd on 512-bit vectors (kernels.conv_winograd)
+    keeps the bf16 products of its own input and weight in the bf16 mode."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 24, 3, padding=1), torch.nn.ReLU()).eval()
+    _check(model, torch.randn(1, 16, 14, 15, generator=torch.Generator().manual_seed(6)), 512, isa)
 
 
 def test_plain_bf16_matmul_with_a_runtime_row_count_rounds_a_in_its_tiles():
