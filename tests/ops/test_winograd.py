@@ -2,8 +2,9 @@
 and even plane sizes (ragged last tile row and column, several vectors of tiles per
 row), padding 0 / 1 / 2 and uneven, channel counts that are not multiples of the
 vector width, batch 2, fused epilogues (bias + ReLU in registers, a residual on each
-stored row pair), two threads against one; and which convs take it (3x3, stride and
-dilation 1, enough channels and tiles, 512-bit vectors)."""
+stored row pair), two threads against one, for this host's vector width and for an
+AVX2 target; and which convs take it (3x3, stride and dilation 1, enough channels and
+tiles, 256- or 512-bit vectors)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,11 +15,14 @@ from torch.nn import functional as F
 
 import cuvil
 from cuvil.backend.llvm import kernels
-from cuvil.backend.llvm.target import host_target
+from cuvil.backend.llvm.target import Target, host_target
 from tests.ops.checks import check_torch, seeded
 
 ATOL, RTOL = 1e-5, 1e-4
-WIDE = host_target().vector_bits >= 512
+HOST = host_target()
+WIDE = HOST.vector_bits >= 256
+AVX2 = pytest.mark.skipif(not (HOST.arch == "x86_64" and HOST.has_feature("avx2") and HOST.has_feature("fma")),
+                          reason="this host cannot run AVX2 + FMA code")
 
 
 def conv(cin, cout, seed=0, **kw) -> nn.Conv2d:
@@ -39,6 +43,18 @@ CASES = [
 @pytest.mark.parametrize("module, shape", CASES)
 def test_winograd_matches_torch(module, shape):
     check_torch(module, seeded(1, *shape), atol=ATOL, rtol=RTOL)
+
+
+@AVX2
+@pytest.mark.parametrize("case", [1, 3, 4])
+def test_winograd_on_avx2(case):
+    module, shape = CASES[case]
+    x = seeded(6, *shape)
+    with torch.no_grad():
+        ref = module.eval()(x).numpy()
+    target = Target("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2,+fma,+f16c")
+    got = cuvil.compile(module, (x,), target=target, jit=True)(x.numpy())[0]
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
 
 
 class Block(nn.Module):
