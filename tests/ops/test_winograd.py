@@ -2,8 +2,9 @@
 and even plane sizes (ragged last tile row and column, several vectors of tiles per
 row), padding 0 / 1 / 2 and uneven, channel counts that are not multiples of the
 vector width, batch 2, fused epilogues (bias + ReLU in registers, a residual on each
-stored row pair), two threads against one, for this host's vector width and for an
-AVX2 target; and which convs take it (3x3, stride and dilation 1, enough channels and
+stored row pair), two threads against one, in both forms (step by step over whole
+planes, and tile row by tile row for small weights), for this host's vector width and
+for an AVX2 target; and which convs take it (3x3, stride and dilation 1, enough channels and
 tiles, 256- or 512-bit vectors)."""
 from __future__ import annotations
 
@@ -43,6 +44,13 @@ CASES = [
 @pytest.mark.parametrize("module, shape", CASES)
 def test_winograd_matches_torch(module, shape):
     check_torch(module, seeded(1, *shape), atol=ATOL, rtol=RTOL)
+
+
+def test_the_cases_cover_both_forms():
+    forms = {kernels._winograd_blocked(m.in_channels, m.out_channels,
+                                       cuvil.ir.TensorType((1, m.out_channels, *m(seeded(0, *s)).shape[2:]), "f32"))
+             for m, s in CASES}
+    assert forms == {True, False}
 
 
 @AVX2
