@@ -217,7 +217,9 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
             store(b, res, k.out, idx[0], k.out_type.dtype)
         loop_nest(b, nest, views, body)
     run.supports_cols = supports_cols
-    run.per_row = all(fs[0] == 0 for fs in flat_strides[1:])  # extras: one value per row (a bias)
+    # run.apply may take whole vectors anywhere in a row, lanes past its end included:
+    # every extra operand is one value per row (a bias)
+    run.in_registers = vector_cols and all(fs[0] == 0 for fs in flat_strides[1:])
     if vector_cols:
         run.apply = apply
     return run
@@ -357,6 +359,13 @@ def matmul_packed(b, k: KernelArgs, weights=None, round_a=False, a=None):
 
 
 # -- convolution ---------------------------------------------------------------------------
+def _inside(size: int, out: int, span: int, stride: int, pad: int) -> tuple[int, int]:
+    """The output indices [lo, hi) whose whole window (`span` input positions from
+    o * stride - pad) lies inside [0, size), at compile time."""
+    lo = min(out, -(-pad // stride))
+    return lo, max(lo, min(out, (size - span + pad) // stride + 1))
+
+
 def _range_for_tap(b, tap_off, stride, size, out_size):
     """Output indices o with 0 <= o*stride + tap_off < size, as [lo, hi) i64 values.
     tap_off = k*dilation - pad_lo (an i64 value)."""
@@ -422,8 +431,8 @@ def scratch_bytes(op) -> int:
     # The memory plan does not know the target: a conv that runs transposed on some
     # vector width reserves the larger of the two forms' scratch.
     need = max(_conv_scratch(x, w, op.result.type, op.attrs, t)[1] for t in {False, _transposable(op)})
-    if _transposable(op) and _winograd_shape(x, w, op.result.type, op.attrs):
-        need = max(need, _winograd_scratch(x, w, op.result.type))
+    if _transposable(op) and _winograd_shape(x, w, op.result.type, op.attrs, 16):
+        need = max(need, _winograd_scratch(w, op.result.type))
     return need
 
 
@@ -488,9 +497,9 @@ WINO_MIN_CHANNELS = 16
 WINO_MIN_TILES = 32
 
 
-def _winograd_shape(x, w, out, attrs) -> bool:
-    """Whether a conv of these static types runs Winograd (on 256- and 512-bit vectors)."""
-    if tuple(w.shape[2:]) != (3, 3) or tuple(attrs["stride"]) != (1, 1) or tuple(attrs["dilation"]) != (1, 1):
+def _winograd_shape(x, w, out, attrs, vw: int) -> bool:
+    """Whether a GEMM conv of these static types runs Winograd on vectors of vw f32 lanes."""
+    if not masked_vectors(vw) or tuple(w.shape[2:]) != (3, 3) or tuple(attrs["stride"]) != (1, 1) or tuple(attrs["dilation"]) != (1, 1):
         return False
     tiles = -(-out.shape[2] // 2) * -(-out.shape[3] // 2)
     return min(w.shape[0], w.shape[1]) >= WINO_MIN_CHANNELS and tiles >= WINO_MIN_TILES
@@ -503,8 +512,8 @@ def conv_winograd(op, vw: int) -> bool:
     256- or 512-bit vectors (x86: the transforms use masked loads and stores). Measured
     on a Zen 5 core, 64@56x56 / 128@28 / 256@14: AVX-512 1005 / 917 / 951 -> 613 / 522 /
     620 us; AVX2 code 1991 / 1886 / 1911 -> 1120 / 1018 / 1094 us."""
-    return vw >= 8 and _transposable(op) and _winograd_shape(op.operands[0].type, op.operands[1].type,
-                                                                 op.result.type, op.attrs)
+    return _transposable(op) and _winograd_shape(op.operands[0].type, op.operands[1].type, op.result.type,
+                                                 op.attrs, vw)
 
 
 def winograd_weights(value):
@@ -524,7 +533,7 @@ def _winograd_geometry(out: TensorType) -> tuple[int, int, int]:
     return tx, t, -(-t // 16) * 16 + 16
 
 
-def _winograd_scratch(x: TensorType, w: TensorType, out: TensorType) -> int:
+def _winograd_scratch(w: TensorType, out: TensorType) -> int:
     _, _, tp = _winograd_geometry(out)
     if _winograd_blocked(w.shape[1], w.shape[0], out):  # a slot of one tile row per tile row
         return -(-out.shape[2] // 2) * 16 * (w.shape[0] + w.shape[1]) * _winograd_row_pitch(out) * 4
@@ -607,10 +616,10 @@ def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
     _, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
     if weights is None and (not gemm or k.out_type.dtype != "f32"):
         if depthwise(xt, wt, k.out_type, k.attrs):
-            return (k_conv2d_depthwise_masked if k.vw >= 8 else k_conv2d_depthwise)(b, k)
+            return (k_conv2d_depthwise_masked if masked_vectors(k.vw) else k_conv2d_depthwise)(b, k)
         return k_conv2d_direct(b, k)
     if k.packed_b and weights is None:
-        if k.vw >= 8 and _winograd_shape(xt, wt, k.out_type, k.attrs):
+        if _winograd_shape(xt, wt, k.out_type, k.attrs, k.vw):
             return k_conv2d_winograd(b, k)
         return k_conv2d_transposed(b, k)
     weights = weights or (lambda b, k2: k2.ins[1])
@@ -1016,7 +1025,7 @@ WINO_BLOCKED_WEIGHT_BYTES = 256 << 10
 
 def _winograd_row_pitch(out: TensorType) -> int:
     """Row pitch of V and M in the tile-row form: one tile row in whole 16-lane vectors."""
-    return -(-(-(-out.shape[3] // 2)) // 16) * 16
+    return -(-_winograd_geometry(out)[0] // 16) * 16
 
 
 def k_conv2d_winograd(b, k: KernelArgs):
@@ -1046,11 +1055,10 @@ def k_conv2d_winograd(b, k: KernelArgs):
     i32 = ir.IntType(32)
     even = ir.Constant(ir.VectorType(i32, vw), [2 * j for j in range(vw)])
     odd = ir.Constant(ir.VectorType(i32, vw), [2 * j + 1 for j in range(vw)])
-    zero_wide = ir.Constant(wide, [0.0] * (2 * vw))
     inter = ir.Constant(ir.VectorType(i32, 2 * vw), [j // 2 + (vw if j % 2 else 0) for j in range(2 * vw)])
     epi_all = _row_epilogue(k, 2, 2)
-    in_regs = epi_all is not None and getattr(epi_all, "apply", None) is not None and epi_all.per_row
-    in_lo, in_hi = -(-pt // 2), (h - 4 + pt) // 2 + 1  # tile rows whose patch rows all lie in the image
+    in_regs = epi_all is not None and epi_all.in_registers
+    in_lo, in_hi = _inside(h, ty_n, 4, 2, pt)  # tile rows whose patch rows all lie in the image
 
     def scratch(b, k2):
         return b.bitcast(k2.scratch, F32.as_pointer())
@@ -1076,9 +1084,8 @@ def k_conv2d_winograd(b, k: KernelArgs):
                     if not any(valid):
                         cols += [ir.Constant(vty, [0.0] * vw)] * 2
                         continue
-                    ptr = b.bitcast(b.gep(X, [b.add(row, i64(col))], inbounds=True), wide.as_pointer())
-                    got = (b.load(ptr, align=4) if all(valid) else
-                           _masked_mem(b, "load", wide, [ptr, ir.Constant(i32, 4), _mask(valid), zero_wide]))
+                    got = _load_lanes(b, b.bitcast(b.gep(X, [b.add(row, i64(col))], inbounds=True), wide.as_pointer()),
+                                      wide, valid)
                     cols += [b.shuffle_vector(got, got, even), b.shuffle_vector(got, got, odd)]
                 d.append(cols)
             tmp = [[_lin(b, WINO_BT[i], [d[r][j] for r in range(4)]) for j in range(4)] for i in range(4)]
@@ -1106,12 +1113,8 @@ def k_conv2d_winograd(b, k: KernelArgs):
                 col = b.add(b.mul(b.add(b.mul(ty, i64(2)), i64(i)), i64(ow)), i64(2 * tx0))
                 if in_regs:
                     row = epi.apply(b, t, col, row)
-                ptr = b.bitcast(b.gep(O, [b.add(oplane, col)], inbounds=True), wide.as_pointer())
-                if 2 * tx0 + 2 * vw <= ow:
-                    b.store(row, ptr, align=4)
-                else:
-                    _masked_mem(b, "store", wide, [row, ptr, ir.Constant(i32, 4),
-                                                   _mask([2 * tx0 + j < ow for j in range(2 * vw)])])
+                _store_lanes(b, row, b.bitcast(b.gep(O, [b.add(oplane, col)], inbounds=True), wide.as_pointer()),
+                             ow - 2 * tx0)
         if epi is not None and not in_regs:
             epi(b, t, 1, b.mul(ty, i64(2 * ow)), rows * ow)
 
@@ -1205,6 +1208,16 @@ def depthwise(x: TensorType, w: TensorType, out: TensorType, attrs) -> bool:
             and x.dtype == out.dtype == "f32" and w.dtype in ("f32", "f16"))
 
 
+def _dw_plane(b, k2: KernelArgs, t):
+    """Output plane t (image * OC + channel) of a depthwise conv: the element offset of
+    its input plane and its kh * kw weights (f32 values)."""
+    (_, c, h, w), (oc, _, kh, kw) = k2.in_types[0].shape, k2.in_types[1].shape
+    ni, o = b.sdiv(t, i64(oc)), b.srem(t, i64(oc))
+    xplane = b.mul(b.add(b.mul(ni, i64(c)), b.sdiv(o, i64(oc // c))), i64(h * w))
+    return xplane, [load(b, k2.ins[1], b.add(b.mul(o, i64(kh * kw)), i64(j)), k2.in_types[1].dtype)
+                    for j in range(kh * kw)]
+
+
 def _strided_load(b, X, index, width: int, stride: int):
     """X[index + j * stride] for j < width as one vector: a plain load for stride 1,
     else a load of width * stride values and a shuffle that keeps every stride-th."""
@@ -1238,6 +1251,30 @@ def _mask(bits) -> ir.Constant:
     return ir.Constant(ir.VectorType(ir.IntType(1), len(bits)), [int(v) for v in bits])
 
 
+def _load_lanes(b, ptr, vty, valid):
+    """The vector at ptr (a vty pointer), the lanes where `valid` is false read as 0
+    and not touched in memory: a plain load where all are valid."""
+    if all(valid):
+        return b.load(ptr, align=4)
+    return _masked_mem(b, "load", vty, [ptr, ir.Constant(ir.IntType(32), 4), _mask(valid),
+                                        ir.Constant(vty, [0.0] * vty.count)])
+
+
+def _store_lanes(b, v, ptr, count: int):
+    """Store the first `count` lanes of v at ptr (a pointer to v's type)."""
+    if count >= v.type.count:
+        b.store(v, ptr, align=4)
+    else:
+        _masked_mem(b, "store", v.type, [v, ptr, ir.Constant(ir.IntType(32), 4),
+                                         _mask([j < count for j in range(v.type.count)])])
+
+
+def masked_vectors(vw: int) -> bool:
+    """Whether kernels may use masked vector loads and stores: 256- and 512-bit vectors,
+    which only x86 targets (AVX, AVX-512) have here; narrower targets would scalarise them."""
+    return vw >= 8
+
+
 def k_conv2d_depthwise_masked(b, k: KernelArgs):
     """A depthwise convolution for 256- and 512-bit vectors (x86: native masked loads and
     stores), one output plane per work item, in register blocks of up to DW_ROWS output
@@ -1252,27 +1289,23 @@ def k_conv2d_depthwise_masked(b, k: KernelArgs):
     depthwise convs at one thread on Zen 5: AVX-512 1.78 -> 0.51 ms; AVX2 code on the
     same core 0.82 -> 0.56 ms (not measured on an AVX2-only CPU)."""
     xt, wt = k.in_types[:2]
-    n, c, h, w = xt.shape
+    n, _, h, w = xt.shape
     oc, _, kh, kw = wt.shape
     _, _, oh, ow = k.out_type.shape
-    mult = oc // c
     (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
     vw = k.vw
     rows_per = DW_ROWS[min(vw, 16)]
     vty, wide = ir.VectorType(F32, vw), ir.VectorType(F32, vw * sw)
     chunks = list(range(0, ow, vw))
-    y_lo = min(oh, -(-pt // sh))
-    y_hi = max(y_lo, min(oh, (h - 1 + pt - (kh - 1) * dh) // sh + 1))
+    y_lo, y_hi = _inside(h, oh, (kh - 1) * dh + 1, sh, pt)
     epi_all = _row_epilogue(k, 2, 2)
-    in_regs = epi_all is not None and getattr(epi_all, "apply", None) is not None and epi_all.per_row
+    in_regs = epi_all is not None and epi_all.in_registers
     keep = ir.Constant(ir.VectorType(ir.IntType(32), vw), [j * sw for j in range(vw)])
-    zero_wide = ir.Constant(wide, [0.0] * (vw * sw))
 
     def plane(b, k2, t, _):
-        X, W, O = k2.ins[0], k2.ins[1], k2.out
-        ni, o = b.sdiv(t, i64(oc)), b.srem(t, i64(oc))
-        xplane = b.mul(b.add(b.mul(ni, i64(c)), b.sdiv(o, i64(mult))), i64(h * w))
-        wv = [_splat(b, load(b, W, b.add(b.mul(o, i64(kh * kw)), i64(j)), wt.dtype), vty) for j in range(kh * kw)]
+        X, O = k2.ins[0], k2.out
+        xplane, wts = _dw_plane(b, k2, t)
+        wv = [_splat(b, v, vty) for v in wts]
         oplane = b.mul(t, i64(oh * ow))
         epi = _row_epilogue(k2, 2, 2) if epi_all is not None else None
 
@@ -1296,9 +1329,7 @@ def k_conv2d_depthwise_masked(b, k: KernelArgs):
                         if not any(valid):
                             continue
                         ptr = b.bitcast(b.gep(X, [b.add(rbase, i64(col))], inbounds=True), wide.as_pointer())
-                        xv = (b.load(ptr, align=4) if all(valid) else
-                              _masked_mem(b, "load", wide, [ptr, ir.Constant(ir.IntType(32), 4), _mask(valid),
-                                                           zero_wide]))
+                        xv = _load_lanes(b, ptr, wide, valid)
                         if sw > 1:
                             xv = b.shuffle_vector(xv, ir.Constant(wide, ir.Undefined), keep)
                         for r, ky in users:
@@ -1309,12 +1340,8 @@ def k_conv2d_depthwise_masked(b, k: KernelArgs):
                     at = b.add(b.mul(b.add(y0, i64(r)), i64(ow)), i64(x0))
                     if in_regs:
                         acc = epi.apply(b, t, at, acc)
-                    ptr = b.bitcast(b.gep(O, [b.add(oplane, at)], inbounds=True), vty.as_pointer())
-                    if x0 + vw <= ow:
-                        b.store(acc, ptr, align=4)
-                    else:
-                        _masked_mem(b, "store", vty, [acc, ptr, ir.Constant(ir.IntType(32), 4),
-                                                      _mask([j < ow - x0 for j in range(vw)])])
+                    _store_lanes(b, acc, b.bitcast(b.gep(O, [b.add(oplane, at)], inbounds=True), vty.as_pointer()),
+                                 ow - x0)
             if epi is not None and not in_regs:
                 epi(b, t, 1, b.mul(y0, i64(ow)), rows * ow)
 
@@ -1349,17 +1376,14 @@ def k_conv2d_depthwise(b, k: KernelArgs):
     window leaves the image skip those tap rows. Each finished row takes the epilogue
     while it is in cache."""
     xt, wt = k.in_types[:2]
-    n, c, h, w = xt.shape
+    n, _, h, w = xt.shape
     oc, _, kh, kw = wt.shape
     _, _, oh, ow = k.out_type.shape
-    mult = oc // c
     (sh, sw), (dh, dw), (pt, pl, _, _) = k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
     # output columns whose every tap (and strided load) lies inside the input row
     x_lo = min(ow, -(-pl // sw))
     x_hi = max(x_lo, min(ow, (w + pl - (kw - 1) * dw) // sw))
-    # output rows whose every tap row lies inside the image
-    y_lo = min(oh, -(-pt // sh))
-    y_hi = max(y_lo, min(oh, (h - 1 + pt - (kh - 1) * dh) // sh + 1))
+    y_lo, y_hi = _inside(h, oh, (kh - 1) * dh + 1, sh, pt)  # output rows whose taps all lie in the image
     vw = k.vw
     widths = []  # (width, vectors) of the static blocks after the DW_BLOCK loop
     span = x_hi - x_lo
@@ -1376,10 +1400,8 @@ def k_conv2d_depthwise(b, k: KernelArgs):
     zero = ir.Constant(F32, 0.0)
 
     def plane(b, k2, t, _):
-        X, W, O = k2.ins[0], k2.ins[1], k2.out
-        ni, o = b.sdiv(t, i64(oc)), b.srem(t, i64(oc))
-        xplane = b.mul(b.add(b.mul(ni, i64(c)), b.sdiv(o, i64(mult))), i64(h * w))
-        wts = [load(b, W, b.add(b.mul(o, i64(kh * kw)), i64(j)), wt.dtype) for j in range(kh * kw)]
+        X, O = k2.ins[0], k2.out
+        xplane, wts = _dw_plane(b, k2, t)
         oplane = b.mul(t, i64(oh * ow))
         epi = _row_epilogue(k2, 2, 2) if row_epi else None
 
@@ -1506,8 +1528,7 @@ def _max_pool_clamped(b, k: KernelArgs):
     _, _, oh, ow = k.out_type.shape
     (kh, kw), (sh, sw), (pt, pl, _, _) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
     dt = k.out_type.dtype
-    x_lo = min(-(-pl // sw), ow)
-    x_hi = max(x_lo, min(ow, (w - kw + pl) // sw + 1))
+    x_lo, x_hi = _inside(w, ow, kw, sw, pl)
 
     def plane(b, k2, nc):
         X, O = k2.ins[0], k2.out
