@@ -93,3 +93,17 @@ def seeded(seed: int, *shape: int, dtype=torch.float32, low: float | None = None
 def op_names(ir_module: cir.Module) -> list[str]:
     """The op names of `main`, in order (constants and the terminator left out)."""
     return [op.name for op in ir_module.main.body.ops if op.name not in ("cuvil.constant", "cuvil.return")]
+
+
+def run_guarded(compiled, *arrays: np.ndarray, guard: int = 64) -> tuple[np.ndarray, ...]:
+    """Run a compiled model with each output written into a buffer followed by `guard`
+    NaN sentinels, and assert no kernel stored past the end of an output."""
+    import ctypes
+    ins = [np.ascontiguousarray(a, t.np_dtype) for a, (_, t) in zip(arrays, compiled.inputs)]
+    bufs = [np.full(int(np.prod(t.shape)) + guard, np.nan, t.np_dtype) for _, t in compiled.outputs]
+    in_ptrs = (ctypes.c_void_p * len(ins))(*[a.ctypes.data for a in ins])
+    out_ptrs = (ctypes.c_void_p * len(bufs))(*[o.ctypes.data for o in bufs])
+    compiled._invoke(in_ptrs, out_ptrs)
+    for buf in bufs:
+        assert np.isnan(buf[-guard:]).all(), "a kernel wrote past the end of its output"
+    return tuple(buf[:-guard].reshape(t.shape) for buf, (_, t) in zip(bufs, compiled.outputs))

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 import cuvil
 from cuvil.backend.llvm import kernels
 from cuvil.backend.llvm.target import Target, host_target
-from tests.ops.checks import check_torch, seeded
+from tests.ops.checks import check_torch, run_guarded, seeded
 
 ATOL, RTOL = 1e-5, 1e-4
 X86 = "x86_64-unknown-linux-gnu"
@@ -116,6 +116,16 @@ def test_the_depthwise_kernel_runs(monkeypatch):
     check_torch(Block(stride=2), seeded(5, 1, 6, 20, 20), seeded(6, 1, 6, 10, 10), atol=ATOL, rtol=RTOL)
     wide = HOST.vector_bits >= 256
     assert calls == [("k_conv2d_depthwise_masked" if wide else "k_conv2d_depthwise", (6, 1, 3, 3))]
+
+
+@pytest.mark.parametrize("width", [7, 15, 31])
+def test_stores_stay_inside_the_output(width):
+    """Output rows one column short of whole 8 / 16 / 32-lane vectors: the last store of
+    every row is masked, so nothing lands past the output's end."""
+    module, x = BiasRelu6(4, 1).eval(), seeded(13, 1, 4, 6, width)
+    got = run_guarded(cuvil.compile(module, (x,)), x.numpy())[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, module(x).numpy(), atol=ATOL, rtol=RTOL)
 
 
 def test_border_taps_read_only_their_window():

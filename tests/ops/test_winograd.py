@@ -17,7 +17,7 @@ from torch.nn import functional as F
 import cuvil
 from cuvil.backend.llvm import kernels
 from cuvil.backend.llvm.target import Target, host_target
-from tests.ops.checks import check_torch, seeded
+from tests.ops.checks import check_torch, run_guarded, seeded
 
 ATOL, RTOL = 1e-5, 1e-4
 HOST = host_target()
@@ -80,6 +80,16 @@ class Block(nn.Module):
 @pytest.mark.parametrize("hw", [(14, 14), (21, 16)])
 def test_winograd_epilogues(residual, hw):
     check_torch(Block(residual=residual), seeded(2, 1, 24, *hw), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("width", [15, 31, 63])
+def test_stores_stay_inside_the_output(width):
+    """Output rows one column short of whole 16 / 32 / 64-lane stores: the last store of
+    every row is masked, so nothing lands past the output's end."""
+    module, x = Block(c=16).eval(), seeded(7, 1, 16, 9, width)
+    got = run_guarded(cuvil.compile(module, (x,)), x.numpy())[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, module(x).numpy(), atol=ATOL, rtol=RTOL)
 
 
 def test_two_threads_match_one():
