@@ -607,6 +607,21 @@ def _im2col_packed(b, X, xplane0, S, icg, h, w, kh, kw, oh, ow, sh, sw, dh, dw, 
 FUSED_PACK_PANELS = 16
 
 
+def tile_epilogue_of(k2: KernelArgs, rb, tile_epilogue: bool):
+    """A GEMM conv's epilogue for the tiles of one (image, group), whose result rows
+    start at row rb (i64): callable per finished tile, with `apply` for its accumulators
+    where the program runs in vectors; None where the epilogue runs after the kernel."""
+    epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
+    if epi is None:
+        return None
+
+    def tile_epi(bb, r0, mr, c0, nc):
+        epi(bb, bb.add(rb, r0), mr, c0, nc)
+    if hasattr(epi, "apply"):
+        tile_epi.apply = lambda bb, r, col, vec: epi.apply(bb, bb.add(rb, r), col, vec)
+    return tile_epi
+
+
 def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
     """Convolution as GEMM: per (image, group), B (the input planes for 1x1 convs, the
     im2col matrix otherwise) is packed in panels into scratch, then C[OC, P] = W @ B.
@@ -642,25 +657,19 @@ def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
         def pack(b, k2, pp, ex, slot):
             conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp, slot, rnd)
 
-        def tile_epilogue_of(k2, rb):
-            epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
-            tile_epi = None if epi is None else (lambda bb, r0, mr, c0, nc: epi(bb, bb.add(rb, r0), mr, c0, nc))
-            if epi is not None and hasattr(epi, "apply"):
-                tile_epi.apply = lambda bb, r, col, vec: epi.apply(bb, bb.add(rb, r), col, vec)
-            return tile_epi
-
         def gemm_items(b, k2, t, ex, slot):
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
+            epi = tile_epilogue_of(k2, rb, tile_epilogue)
             emit_gemm_packed(b, weights(b, k2), b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
-                             ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), items=(t, b.add(t, i64(1))),
-                             panel_at=slot)
+                             ocg, p, kdim, k2.vw, ety, epi, items=(t, b.add(t, i64(1))), panel_at=slot)
 
         def gemm_panels(b, k2, panels_, ex, slot):  # all weight rows times panels [p0, p1), K-blocked
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
+            epi = tile_epilogue_of(k2, rb, tile_epilogue)
             emit_gemm_blocked(b, weights(b, k2), b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
-                              ocg, p, kdim, k2.vw, ety, tile_epilogue_of(k2, rb), panels=panels_, panel_at=slot)
+                              ocg, p, kdim, k2.vw, ety, epi, panels=panels_, panel_at=slot)
 
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
                       [row_base, gi], gemm_panels if blocked_gemm(ocg, p, k.vw) else None, rnd)

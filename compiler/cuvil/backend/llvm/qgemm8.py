@@ -379,10 +379,11 @@ def _bcast(b, ptr32, index, vw, isa):
     return b.bitcast(s, ir.VectorType(code_type(isa), vw * isa.group))
 
 
-def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, valid):
+def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, valid, post=None):
     """i32 accumulation over Kg groups (operands(kg) -> (mr activation-or-weight
     broadcasts, nv vectors, which side is the activation)), then rescale(acc, r, v) ->
-    <vw x f32> stored into C. bf16 accumulates in f32 (rescale: None)."""
+    <vw x f32> stored into C. bf16 accumulates in f32 (rescale: None). `post(b, r, col,
+    vec)` maps each whole f32 vector (tile row r, C column col) before it is stored."""
     vty = ir.VectorType(F32 if isa.bf16 else I32, vw)
     accs = [[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)]
     for row in accs:
@@ -400,12 +401,23 @@ def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, val
         crow = b.add(b.add(c_row0, i64(r * ldc)), c_j0)
         for v in range(-(-(nv * vw if valid is None else valid) // vw)):
             out = b.load(accs[r][v]) if rescale is None else rescale(b.load(accs[r][v]), r, v)
+            if post is not None and v < full // vw:
+                out = post(b, r, b.add(c_j0, i64(v * vw)), out)
             if v < full // vw:
                 b.store(out, _vec_ptr(b, C, b.add(crow, i64(v * vw)), fty), align=4)
             else:  # the ragged end of the last panel
                 for j in range(valid - full):
                     x = b.extract_element(out, ir.Constant(I32, j))
                     b.store(x, b.gep(C, [b.add(crow, i64(full + j))], inbounds=True))
+
+
+def _fused(epilogue, row0, valid, vw):
+    """(post for _tile, whether the epilogue still runs after the tile): a tile of whole
+    vectors applies an epilogue with `apply` to its accumulators (gemm.emit_gemm_packed)."""
+    apply = getattr(epilogue, "apply", None)
+    if apply is None or (valid is not None and valid % vw):
+        return None, epilogue is not None
+    return (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)), False
 
 
 def _fixed(b, acc, ws, corr, vty):
@@ -456,9 +468,10 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
             ws = b.load(_vec_ptr(b, wsum, col, ity), align=4)
             sc = b.fmul(b.load(_vec_ptr(b, wscale, col, fty), align=4), ir.Constant(fty, [s] * vw))
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
+        post, after = _fused(epilogue, row0, valid, vw)
         _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C, b.mul(row0, i64(ldc)), ldc,
-              j0, valid)
-        if epilogue is not None:
+              j0, valid, post)
+        if after:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items, tile)
 
@@ -504,9 +517,10 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
             ws = _splat(b, b.load(b.gep(wsum, [row], inbounds=True)), ity)
             sc = _splat(b, b.fmul(b.load(b.gep(wscale, [row], inbounds=True)), ir.Constant(F32, s)), fty)
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
+        post, after = _fused(epilogue, row0, valid, vw)
         _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C,
               b.add(c_off, b.mul(row0, i64(ldc))), ldc,
-              b.mul(p, i64(nr)), valid)
-        if epilogue is not None:
+              b.mul(p, i64(nr)), valid, post)
+        if after:
             epilogue(b, row0, mr, b.mul(p, i64(nr)), nr if valid is None else valid)
     packed_items(b, M, N, vw, items, tile)

@@ -25,7 +25,7 @@ from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d,
-                      matmul_packed, parallel)
+                      matmul_packed, parallel, tile_epilogue_of)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel,
@@ -212,8 +212,7 @@ def k_conv2d_q4(b, k: KernelArgs):
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             Aq = b.bitcast(k2.ins[1], I8.as_pointer())
-            epi = _row_epilogue(k2, 2, 2) if tile_epilogue else None
-            tile_epi = None if epi is None else (lambda bb, r0, mr, c0, nc: epi(bb, bb.add(rb, r0), mr, c0, nc))
+            tile_epi = tile_epilogue_of(k2, rb, tile_epilogue)
             span = (t, b.add(t, i64(1)))
             if aq:
                 emit_i8a_gemm(b, Aq, b.mul(g_, i64(ocg)), oc, k2.scratch, k2.out, b.mul(rb, i64(p)), p, ocg, p,
