@@ -120,6 +120,17 @@ class _BigConvs(torch.nn.Module):
         return self.c4(torch.relu(self.c3(torch.relu(self.c2(self.c1(x))))))
 
 
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
+@pytest.mark.parametrize("vector_bits", [256, 512])
+def test_bf16_pointwise_convs_read_their_codes_from_the_input_planes(isa, vector_bits):
+    """1x1 convs quantize whole panels straight from the input planes, the ragged last
+    one (72 = 2 x 32 + 8 pixels; 4 x 16 + 8 at 256 bits) through the f32 copy; an odd
+    channel count pads the last pair; the grouped conv reads its group's planes."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(21, 40, 1), torch.nn.ReLU(), torch.nn.Conv2d(40, 36, 1, groups=2),
+                                torch.nn.Conv2d(36, 24, 1)).eval()
+    _check(model, torch.randn(2, 21, 9, 8, generator=torch.Generator().manual_seed(8)), vector_bits, isa)
+
+
 @pytest.mark.parametrize("vector_bits", [128, 256, 512])
 def test_plain_bf16_blocked_matmul_matches_the_interpreter(vector_bits):
     """The f32 GEMMs on bf16 panels (widened per K block into L1) and A rounded once."""

@@ -273,14 +273,17 @@ def emit_quantize_rows(b, A, a_off, lda, rows, K, Q, aq, isa, vw=8):
             b.store(ir.Constant(ct, 0), b.gep(Q, [b.add(dst, i64(k))], inbounds=True))
 
 
-def emit_quantize_panel(b, S, panel, K, ap, aq, isa, vw):
+def emit_quantize_panel(b, S, panel, K, ap, aq, isa, vw, src=None):
     """Rewrite the f32 panel S[panel] ([K][ap], S: f32*, ap a multiple of vw) in place as
     [Kg][ap][G] codes, vw columns at a time: group row kg reads f32 rows kg*G.. (>= kg)
-    and writes the bytes of f32 row kg, each chunk after reading it."""
+    and writes the bytes of f32 row kg, each chunk after reading it.
+    `src=(X, x_off, ldx)`: the codes of X's rows instead (row k's ap columns from
+    x_off + k * ldx, all of them inside X: a 1x1 conv's input planes, no f32 copy)."""
     g = isa.group
     ct, fv = code_type(isa), ir.VectorType(F32, vw)
     base = b.mul(panel, i64(K * ap))
     out = b.bitcast(b.gep(S, [base], inbounds=True), ct.as_pointer())
+    X, x_off, ldx = (S, base, ap) if src is None else src
     mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
 
     def group(kg, rows):  # rows: how many of the group's G rows are inside K
@@ -289,7 +292,7 @@ def emit_quantize_panel(b, S, panel, K, ap, aq, isa, vw):
             for i in range(g):
                 if i < rows:
                     k = b.add(b.mul(kg, i64(g)), i64(i))
-                    x = b.load(_vec_ptr(b, S, b.add(base, b.add(b.mul(k, i64(ap)), i64(c * vw))), fv), align=4)
+                    x = b.load(_vec_ptr(b, X, b.add(x_off, b.add(b.mul(k, i64(ldx)), i64(c * vw))), fv), align=4)
                 else:
                     x = ir.Constant(fv, [0.0] * vw)
                 codes.append(_code(b, x, aq, isa))

@@ -193,6 +193,7 @@ def k_conv2d_q4(b, k: KernelArgs):
     ocg, kdim, p = oc // g, icg * kh * kw, oh * ow
     nr = panel_width(k.vw)
     panels = -(-p // nr)
+    pointwise, _ = conv_geometry(xt, wt, k.out_type, k.attrs)
     epi_all = _row_epilogue(k, 2, 2)
     tile_epilogue = epi_all is not None and epi_all.supports_cols
     aq = k.attrs.get("act_quant")
@@ -204,9 +205,18 @@ def k_conv2d_q4(b, k: KernelArgs):
 
         def pack(b, k2, pp, ex, _slot):  # each panel at its own slot (the narrow GEMMs read panel p at p)
             S = b.bitcast(k2.scratch, k2.ins[0].type)
+            if aq and pointwise:  # a whole panel of input planes: its codes straight from them
+                with b.if_else(b.icmp_signed("<", pp, i64(p // nr))) as (whole, ragged):
+                    with whole:
+                        emit_quantize_panel(b, S, pp, kdim, nr, aq, isa, k2.vw,
+                                            src=(k2.ins[0], b.add(ex[0], b.mul(pp, i64(nr))), p))
+                    with ragged:
+                        conv_pack_panel(b, k2, S, ex[0], pp, pp)
+                        emit_quantize_panel(b, S, pp, kdim, nr, aq, isa, k2.vw)
+                return
             conv_pack_panel(b, k2, S, ex[0], pp, pp)
             if aq:  # the panel's codes, in place
-                emit_quantize_panel(b, b.bitcast(S, F32.as_pointer()), pp, kdim, nr, aq, isa, k2.vw)
+                emit_quantize_panel(b, S, pp, kdim, nr, aq, isa, k2.vw)
 
         def gemm_items(b, k2, t, ex, _slot):
             rb, g_ = ex
