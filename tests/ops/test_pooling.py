@@ -28,6 +28,8 @@ ATOL, RTOL = 1e-6, 1e-5
     (nn.MaxPool2d(3, stride=3, ceil_mode=True), (1, 2, 2, 2)),        # window larger than the input
     (nn.AvgPool2d(2, stride=2, ceil_mode=True), (1, 2, 1, 3)),
     (nn.AdaptiveAvgPool2d(1), (2, 4, 7, 5)),
+    (nn.AdaptiveAvgPool2d(1), (1, 1280, 7, 7)),                        # global: planes split across threads
+    (nn.AdaptiveAvgPool2d(1), (1, 3, 2, 3)),                           # planes narrower than a vector
     (nn.AdaptiveAvgPool2d((3, 2)), (1, 2, 7, 5)),                      # uneven, overlapping windows
     (nn.AdaptiveAvgPool2d((4, 6)), (1, 2, 4, 3)),                      # output larger than input
     (nn.AdaptiveAvgPool2d((None, 2)), (1, 2, 5, 6)),

@@ -1,8 +1,8 @@
 """Kernels split across the runtime's threads compute every output element exactly as
 one thread does: softmax, log-softmax, layer norm and transpose split their rows, the
 packed GEMMs hand each thread whole panels (matmul, and convolutions that pack each
-panel before multiplying it), max pooling splits its planes. Two-thread results must equal one-thread results bit for
-bit and match torch."""
+panel before multiplying it), max pooling and global average pooling split their
+planes. Two-thread results must equal one-thread results bit for bit and match torch."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +36,10 @@ class _Convs(nn.Module):
         self.c3 = nn.Conv2d(24, 36, 1)
 
     def forward(self, x):
-        y = torch.relu(self.c2(torch.relu(self.c1(x))))
-        return self.c3(nn.functional.max_pool2d(y, 3, 1, 1))   # 48 planes of 20 x 19
+        a = torch.relu(self.c1(x))
+        y = torch.relu(self.c2(a))
+        z = self.c3(nn.functional.max_pool2d(y, 3, 1, 1))      # 48 planes of 20 x 19
+        return z, nn.functional.adaptive_avg_pool2d(a, 1)      # 40 global averages of 40 x 38
 
 
 class _FewPanels(nn.Module):

@@ -1628,9 +1628,24 @@ def k_avg_pool2d(b, k: KernelArgs):
     _emit_window_pool(b, k, rows, cols, divisors)
 
 
+def _global_avg_pool(b, k: KernelArgs):
+    """out[plane] = sum(plane) / (h * w) for every contiguous f32 input plane: vw lanes
+    of partial sums (_row_reduce_vec), the planes split across the threads."""
+    _, _, h, w = k.in_types[0].shape
+    n = h * w
+
+    def plane(b, k2, r):
+        s = _row_reduce_vec(b, k2.ins[0], b.mul(r, i64(n)), n, k2.vw, 0.0,
+                            lambda bb, a, v: bb.fadd(a, v, flags=REDUCE))
+        b.store(b.fdiv(s, fconst("f32", float(n))), b.gep(k2.out, [r], inbounds=True))
+    _rows_parallel(b, k, k.out_type.numel, n, plane)
+
+
 def k_adaptive_avg_pool2d(b, k: KernelArgs):
     _, _, h, w = k.in_types[0].shape
     _, _, oh, ow = k.out_type.shape
+    if (oh, ow) == (1, 1) and k.out_type.dtype == "f32" and isinstance(k.out_type.numel, int) and h * w >= k.vw:
+        return _global_avg_pool(b, k)
     rows, cols = adaptive_ranges(h, oh), adaptive_ranges(w, ow)
     divisors = [(r[1] - r[0]) * (c_[1] - c_[0]) for r in rows for c_ in cols]
     _emit_window_pool(b, k, rows, cols, divisors)
@@ -1669,28 +1684,33 @@ def _rows_parallel(b, k: KernelArgs, rows, row_len, row):
     parallel(b, k, rows, lambda bb, k2, r, _: row(bb, k2, r))
 
 
-def _row_max_vec(b, X, base, n: int, vw: int):
-    """max of the f32 row X[base : base + n] (n >= vw): vw lanes of running maxima (the
-    scalar compare-select chain does not vectorise: it is one long dependency), folded
-    together at the end (halving the lanes: log2(vw) steps, not a vw - 1 long chain),
-    then the n % vw tail."""
+def _row_reduce_vec(b, X, base, n: int, vw: int, identity: float, op):
+    """op-fold of the f32 row X[base : base + n] (n >= vw): vw lanes of running values
+    (a scalar chain does not vectorise: it is one long dependency), folded together at
+    the end (halving the lanes: log2(vw) steps, not a vw - 1 long chain), then the
+    n % vw tail. op(b, acc, v) works on scalars and vectors."""
     vty = ir.VectorType(F32, vw)
     acc = alloca_in_entry(b, vty)
-    b.store(ir.Constant(vty, [float("-inf")] * vw), acc)
+    b.store(ir.Constant(vty, [identity] * vw), acc)
     with for_range(b, n // vw, name="mv") as c:
         v = b.load(b.bitcast(b.gep(X, [b.add(base, b.mul(c, i64(vw)))], inbounds=True), vty.as_pointer()), align=4)
-        b.store(_fmax(b, b.load(acc), v), acc)
+        b.store(op(b, b.load(acc), v), acc)
     lanes = b.load(acc)
     width = vw
     while width > 1:
         width //= 2
         halves = [b.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(ir.IntType(32), width),
                                                               list(range(at, at + width)))) for at in (0, width)]
-        lanes = _fmax(b, halves[0], halves[1])
+        lanes = op(b, halves[0], halves[1])
     m = b.extract_element(lanes, ir.Constant(ir.IntType(32), 0))
     for j in range(n // vw * vw, n):
-        m = _fmax(b, m, load(b, X, b.add(base, i64(j)), "f32"))
+        m = op(b, m, load(b, X, b.add(base, i64(j)), "f32"))
     return m
+
+
+def _row_max_vec(b, X, base, n: int, vw: int):
+    """max of the f32 row X[base : base + n] (n >= vw), NaN propagating (_fmax)."""
+    return _row_reduce_vec(b, X, base, n, vw, float("-inf"), _fmax)
 
 
 def k_softmax(b, k: KernelArgs):
