@@ -56,6 +56,11 @@ def conv(cin, cout, k, seed=0, **kw) -> nn.Conv2d:
     (conv(8, 12, 3, stride=(2, 3), padding=(1, 0)), (2, 8, 23, 10)),
     (conv(8, 12, (3, 5), padding=(2, 1)), (1, 8, 41, 9)),
     (conv(8, 12, 3, groups=2, padding=(1, 0)), (2, 8, 30, 12)),
+    # rows of whole vectors (output widths 16 and 32): one load per vector and tap, lanes
+    # past the last column masked only where the last panel is ragged
+    (conv(8, 12, 3, padding=1), (1, 8, 19, 16)),
+    (conv(8, 12, 3, stride=2, padding=1), (2, 8, 40, 64)),
+    (conv(3, 16, 7, stride=2, padding=3), (1, 3, 38, 64)),
 ])
 def test_conv2d(module, shape):
     check_torch(module, seeded(1, *shape), atol=ATOL, rtol=RTOL)

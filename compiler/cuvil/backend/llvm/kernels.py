@@ -849,7 +849,10 @@ def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
     kdim, p = icg * kh * kw, oh * ow
     vty = ir.VectorType(F32, vw)
     ity = ir.VectorType(I64, vw)
-    segs = -(-(vw - 1) // ow) + 1
+    # rows of whole vectors (ow a multiple of vw): each vector lies in one output row,
+    # and where every panel is whole, no lane is ever past the last column
+    segs = 1 if ow % vw == 0 else -(-(vw - 1) // ow) + 1
+    whole = ow % vw == 0 and p % nr == 0
     Xp = _padded_base(b, k2)
     c0 = b.mul(panel, i64(nr))
     parts = []  # per vector: [(mask, element offset of lane 0 in Xp)] per output row
@@ -862,7 +865,7 @@ def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
         vparts = []
         for sgi in range(segs):
             y = b.add(y0, i64(sgi))
-            mask = b.and_(live, b.icmp_signed("==", rows, _splat(b, y, ity)))
+            mask = None if whole else live if segs == 1 else b.and_(live, b.icmp_signed("==", rows, _splat(b, y, ity)))
             ya = _imin(b, y, i64(oh - 1))  # rows past the image are masked off: any in-bounds address
             vparts.append((mask, b.add(b.mul(ya, i64(sh * pitch - ow)), cv)))
         parts.append(vparts)
@@ -881,7 +884,7 @@ def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
                     for mask, off in vparts:
                         at = b.add(b.add(tap0, i64(kx % sw * wq + kx // sw)), off)
                         got = b.load(b.bitcast(b.gep(Xp, [at]), vty.as_pointer()), align=4)
-                        vec = b.select(mask, got, vec)
+                        vec = got if mask is None else b.select(mask, got, vec)
                     b.store(vec, b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()),
                             align=4)
 
