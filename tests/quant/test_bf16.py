@@ -16,6 +16,7 @@ import cuvil
 from cuvil.api import _to_ir
 from cuvil.backend.llvm.codegen import generate
 from cuvil.backend.llvm.qgemm8 import BF16_GENERIC, Int8Isa, bf16_isa
+from cuvil.backend.llvm.qkernels import bf16_transposed
 from cuvil.backend.llvm.target import Target, compile_to_asm, host_target
 from cuvil.errors import CuvilError
 from cuvil.ir import interpreter
@@ -129,6 +130,49 @@ def test_bf16_pointwise_convs_read_their_codes_from_the_input_planes(isa, vector
     model = torch.nn.Sequential(torch.nn.Conv2d(21, 40, 1), torch.nn.ReLU(), torch.nn.Conv2d(40, 36, 1, groups=2),
                                 torch.nn.Conv2d(36, 24, 1)).eval()
     _check(model, torch.randn(2, 21, 9, 8, generator=torch.Generator().manual_seed(8)), vector_bits, isa)
+
+
+class _ThinPlanes(torch.nn.Module):
+    """bf16 convs whose output planes fill the column panels poorly (7x7, 14x14): W^T
+    panels times im2col^T codes, transposed back with the epilogue (a bias, ReLU, a
+    residual); 1x1 ones read their input planes (49 = 32 + a ragged 17; an odd channel
+    count), a strided 3x3 one packs from its phase-split copy."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(9)
+        self.c1 = torch.nn.Conv2d(21, 40, 1)
+        self.c2 = torch.nn.Conv2d(40, 40, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(40, 50, 3, stride=2, padding=1)
+        self.c4 = torch.nn.Conv2d(50, 24, 1, bias=False)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x))
+        y = torch.relu(self.c2(y) + y)
+        return self.c4(self.c3(torch.nn.functional.interpolate(y, scale_factor=4.0)))
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
+@pytest.mark.parametrize("vector_bits", [256, 512])
+def test_bf16_convs_of_thin_planes_run_transposed(isa, vector_bits):
+    x = torch.randn(2, 21, 7, 7, generator=torch.Generator().manual_seed(10))
+    _check(_ThinPlanes().eval(), x, vector_bits, isa)
+    module = _bf16_module(_ThinPlanes().eval(), x)
+    convs = [op for op in module.main.body.ops if op.name == "cuvil.conv2d"]
+    chosen = [bf16_transposed(*(v.type for v in op.operands[:2]), op.result.type, op.attrs, vector_bits // 32, isa)
+              for op in convs]
+    # 7x7 planes at both widths; 14x14 (196 of 224 lanes) only with 512-bit vectors
+    want = [True, True, vector_bits == 512, vector_bits == 512] if isa.dot == "dpbf16ps" else [False] * 4
+    assert chosen == want
+
+
+def test_bf16_transposed_convs_give_two_threads_the_bits_of_one():
+    if not HOST_BF16:
+        pytest.skip("this CPU has no AVX-512-BF16")
+    model, x = _ThinPlanes().eval(), torch.randn(1, 21, 7, 7, generator=torch.Generator().manual_seed(11))
+    one = cuvil.compile(model, (x,), precision="bf16", threads=1)
+    two = cuvil.compile(model, (x,), precision="bf16", threads=2)
+    np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
 
 
 @pytest.mark.parametrize("vector_bits", [128, 256, 512])

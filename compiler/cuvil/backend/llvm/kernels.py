@@ -430,22 +430,29 @@ def scratch_bytes(op) -> int:
         return 0
     # The memory plan does not know the target: a conv that runs transposed on some
     # vector width reserves the larger of the two forms' scratch.
+    from .qkernels import bf16_transposable
     need = max(_conv_scratch(x, w, op.result.type, op.attrs, t)[1] for t in {False, _transposable(op)})
+    if bf16_transposable(op):
+        need = max(need, _conv_scratch(x, w, op.result.type, op.attrs, True, codes=True)[1])
     if _transposable(op) and _winograd_shape(x, w, op.result.type, op.attrs, 16):
         need = max(need, _winograd_scratch(w, op.result.type))
     return need
 
 
-def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transposed: bool) -> tuple[int, int]:
+def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transposed: bool,
+                  codes: bool = False) -> tuple[int, int]:
     """(element offset of the transposed result C^T, total bytes) of a GEMM conv's
     scratch: the im2col panels (or, transposed, im2col^T; none for a transposed 1x1
-    conv, which reads its input in place), the padded input copy with PANEL_PAD * 2
+    conv, which reads its input in place, except with `codes`: a bf16 one's codes of its
+    input, qkernels.k_conv2d_bf16_transposed), the padded input copy with PANEL_PAD * 2
     elements of slack either side, then C^T (P + PANEL_PAD rows of OC + PANEL_PAD: whole
     panels) if transposed."""
     pointwise, _ = conv_geometry(x, w, out, attrs)
     padded = padded_input(x, w, out, attrs)
     extra = 0 if padded is None else (w.shape[1] * prod(padded) + 4 * PANEL_PAD) * x.itemsize
-    front = 0 if transposed and pointwise else _im2col_bytes(x, w, out) + extra
+    front = _im2col_bytes(x, w, out) + extra
+    if transposed and pointwise:  # bf16 codes: pairs of input rows, 4 bytes a position
+        front = -(-w.shape[1] // 2) * (out.shape[2] * out.shape[3] + PANEL_PAD) * 4 if codes else 0
     front = -(-front // 64) * 64
     if not transposed:
         return 0, front
@@ -476,7 +483,13 @@ def conv_transposed(op, vw: int) -> bool:
     26 not; 256 -> 256 3x3 at 14x14 (196 of 208 lanes) 32 not transposed, 26-29 transposed."""
     if not _transposable(op):
         return False
-    p, nr = op.result.type.shape[2] * op.result.type.shape[3], panel_width(vw)
+    return thin_panels(op.result.type, vw)
+
+
+def thin_panels(out: TensorType, vw: int) -> bool:
+    """Whether a conv's output planes fill less than 90% of the column panels of vectors
+    of vw lanes (conv_transposed)."""
+    p, nr = out.shape[2] * out.shape[3], panel_width(vw)
     return p < 0.9 * -(-p // nr) * nr
 
 

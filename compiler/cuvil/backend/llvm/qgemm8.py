@@ -275,30 +275,41 @@ def emit_quantize_rows(b, A, a_off, lda, rows, K, Q, aq, isa, vw=8):
 
 def emit_quantize_panel(b, S, panel, K, ap, aq, isa, vw, src=None):
     """Rewrite the f32 panel S[panel] ([K][ap], S: f32*, ap a multiple of vw) in place as
-    [Kg][ap][G] codes, vw columns at a time: group row kg reads f32 rows kg*G.. (>= kg)
-    and writes the bytes of f32 row kg, each chunk after reading it.
+    [Kg][ap][G] codes (emit_quantize_block).
     `src=(X, x_off, ldx)`: the codes of X's rows instead (row k's ap columns from
     x_off + k * ldx, all of them inside X: a 1x1 conv's input planes, no f32 copy)."""
+    base = b.mul(panel, i64(K * ap))
+    out = b.bitcast(b.gep(S, [base], inbounds=True), code_type(isa).as_pointer())
+    X, x_off, ldx = (S, base, ap) if src is None else src
+    emit_quantize_block(b, X, x_off, ldx, K, out, ap, ap, aq, isa, vw)
+
+
+def emit_quantize_block(b, X, x_off, ldx, K, out, ldo, width, aq, isa, vw, load=None):
+    """Codes [Kg][.][G] of the f32 rows X[x_off + k * ldx + j], j < width (a multiple of
+    vw), into out (a code pointer; group row kg's positions start at kg * ldo), vw
+    columns at a time. In place (out over the bytes of X's rows, ldo = ldx): group row kg
+    reads f32 rows kg*G.. (>= kg) and writes the bytes of f32 row kg, each chunk after
+    reading it, so disjoint column ranges can run on different threads.
+    `load(b, index, c)`: the f32 vector at element index of X, chunk c (default a plain
+    load; a masked one keeps a ragged block inside X)."""
     g = isa.group
     ct, fv = code_type(isa), ir.VectorType(F32, vw)
-    base = b.mul(panel, i64(K * ap))
-    out = b.bitcast(b.gep(S, [base], inbounds=True), ct.as_pointer())
-    X, x_off, ldx = (S, base, ap) if src is None else src
     mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
 
     def group(kg, rows):  # rows: how many of the group's G rows are inside K
-        for c in range(ap // vw):
+        for c in range(width // vw):
             codes = []
             for i in range(g):
                 if i < rows:
                     k = b.add(b.mul(kg, i64(g)), i64(i))
-                    x = b.load(_vec_ptr(b, X, b.add(x_off, b.add(b.mul(k, i64(ldx)), i64(c * vw))), fv), align=4)
+                    at = b.add(x_off, b.add(b.mul(k, i64(ldx)), i64(c * vw)))
+                    x = b.load(_vec_ptr(b, X, at, fv), align=4) if load is None else load(b, at, c)
                 else:
                     x = ir.Constant(fv, [0.0] * vw)
                 codes.append(_code(b, x, aq, isa))
             joined = _concat(b, codes)  # then one shuffle interleaves the rows
             inter = b.shuffle_vector(joined, ir.Constant(joined.type, ir.Undefined), mask)
-            b.store(inter, _vec_ptr(b, out, b.mul(b.add(b.mul(kg, i64(ap)), i64(c * vw)), i64(g)),
+            b.store(inter, _vec_ptr(b, out, b.mul(b.add(b.mul(kg, i64(ldo)), i64(c * vw)), i64(g)),
                                    ir.VectorType(ct, vw * g)), align=1)
     with for_range(b, K // g, name="qg") as kg:
         group(kg, g)
@@ -427,10 +438,12 @@ def _fixed(b, acc, ws, corr, vty):
     return b.add(acc, b.mul(ws, ir.Constant(vty, [corr] * vty.count))) if corr else acc
 
 
-def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, items):
+def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, items, q_pitch=None):
     """C = A @ W: W int8 [K, N] in panels (int8_blob, packed; bf16_blob for a bf16 isa). Q: the codes of all of A
     ([M][Kg][G], emit_quantize_rows), or None: each tile quantizes its own rows of A
-    (f32 [M, K], row stride lda) into a stack buffer first (a runtime M, no scratch)."""
+    (f32 [M, K], row stride lda) into a stack buffer first (a runtime M, no scratch).
+    `q_pitch`: Q is [Kg][q_pitch][G] instead (group row kg's rows of A q_pitch positions
+    apart: a transposed conv's im2col^T codes, emit_quantize_block)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     cp = -(-N // nr) * nr
@@ -449,11 +462,13 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
     def tile(row0, mr, p, valid):
         j0 = b.mul(p, i64(nr))
         panel = b.mul(p, i64(kg_n * nr * g))
+        # group (row r, kg) of the codes at arow + r * r_step + kg * kg_step (i32 units)
+        r_step, kg_step = (kg_n, 1) if q_pitch is None else (1, q_pitch)
         if own:
             emit_quantize_rows(b, A, b.mul(row0, i64(lda)), lda, mr, K, Q, aq, isa, vw)
             arow = i64(0)
         else:
-            arow = b.mul(row0, i64(kg_n))
+            arow = b.mul(row0, i64(r_step))
 
         def operands(kg):
             brow = b.add(panel, b.mul(kg, i64(nr * g)))
@@ -463,7 +478,8 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
                 prefetch_run(b, codes, b.add(brow, i64(kg_n * nr * g)), nr * g, 2 if isa.bf16 else 1)
             if g == 2 and not isa.bf16:
                 bv = [b.sext(x, ir.VectorType(I16, vw * g)) for x in bv]
-            av = [_bcast(b, q32, b.add(b.add(arow, i64(r * kg_n)), kg), vw, isa) for r in range(mr)]
+            kg_at = kg if kg_step == 1 else b.mul(kg, i64(kg_step))
+            av = [_bcast(b, q32, b.add(b.add(arow, i64(r * r_step)), kg_at), vw, isa) for r in range(mr)]
             return av, bv, True
 
         def rescale(acc, r, v):

@@ -19,17 +19,19 @@ gemm.pack_b panels, a conv's rows as they are).
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 
 from ...errors import BackendError
 from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
-from .kernels import (KernelArgs, _epilogue, _row_epilogue, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d,
-                      matmul_packed, parallel, tile_epilogue_of)
+from .kernels import (KernelArgs, _conv_scratch, _epilogue, _im2col_panel, _load_lanes, _padded_copy, _row_epilogue,
+                      _transpose_channels, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d, matmul_packed,
+                      padded_input, parallel, thin_panels, tile_epilogue_of)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
-from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel,
-                     emit_quantize_rows, groups, int8_blob)
+from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
+                     emit_quantize_block, emit_quantize_panel, emit_quantize_rows, groups, int8_blob)
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
 
@@ -102,7 +104,10 @@ def quantized_blob(dq, vw: int, isa=GENERIC, bf16=BF16_GENERIC):
     if dq.attrs["scheme"] == "bf16":
         if bf16.dot == "bf16":
             return plain_bf16_blob(q.value, kinds == {"cuvil.matmul"}, vw)
-        return bf16_blob(q.value, kinds == {"cuvil.matmul"}, vw)
+        # W^T in panels for matmuls and transposed convs (the weight's convs share its shape)
+        packed = all(u.name == "cuvil.matmul" or bf16_transposed(u.operands[0].type, u.operands[1].type, u.result.type,
+                                                                  u.attrs, vw, bf16) for u in dq.result.uses)
+        return bf16_blob(q.value, packed, vw)
     if dq.attrs["scheme"] == "int8_channel":
         return int8_blob(q.value, scale.value, kinds == {"cuvil.matmul"}, vw, isa)
     if kinds == {"cuvil.matmul"}:
@@ -178,6 +183,107 @@ def k_matmul_q4(b, k: KernelArgs):
     parallel(b, k, packed_work_items(rows, n, k.vw), items)
 
 
+def _bf16_transposed_shape(x, w, out, attrs) -> bool:
+    """A bf16 conv whose types allow the transposed form: static shapes, one group, a
+    GEMM-shaped f32 conv."""
+    if not all(isinstance(v, int) for v in (*x.shape, *w.shape, *out.shape)) or attrs["groups"] != 1:
+        return False
+    return out.dtype == "f32" and conv_geometry(x, w, out, attrs)[1]
+
+
+def bf16_transposable(op) -> bool:
+    """Whether op is a bf16 conv that runs transposed on some target (the memory plan
+    reserves that form's scratch too)."""
+    return (op.name == "cuvil.conv2d" and quantized_weight(op) == "bf16"
+            and _bf16_transposed_shape(op.operands[0].type, op.operands[1].type, op.result.type, op.attrs))
+
+
+def bf16_transposed(x, w, out, attrs, vw: int, isa) -> bool:
+    """Whether a bf16 conv runs k_conv2d_bf16_transposed: with the bf16 dot product, where
+    its output planes fill the column panels poorly (kernels.thin_panels: 7x7 and 14x14
+    planes), like an f32 conv_transposed one."""
+    return isa.dot == "dpbf16ps" and _bf16_transposed_shape(x, w, out, attrs) and thin_panels(out, vw)
+
+
+def k_conv2d_bf16_transposed(b, k: KernelArgs):
+    """A bf16 conv as C^T[P, OC] = im2col^T @ W^T (kernels.k_conv2d_transposed's form),
+    per image: im2col^T's K rows of P (padded to whole panels; a 1x1 conv reads its input
+    planes) become [Kg][P'][2] codes, a panel of columns per work item (in place after
+    the f32 pack); the bf16 GEMM (emit_i8b_gemm) multiplies them by the weight's W^T
+    panels (qgemm8.bf16_blob, packed) into C^T in scratch, which is transposed into the
+    NCHW result with the epilogue. The weight then streams once per call, spread over
+    the threads' output-channel panels, where the column panels would read it once per
+    pixel panel."""
+    xt, wt = k.in_types[:2]
+    n, c, h, w = xt.shape
+    oc, icg, kh, kw = wt.shape
+    pointwise, _ = conv_geometry(xt, wt, k.out_type, k.attrs)
+    p, kdim, vw = k.out_type.shape[2] * k.out_type.shape[3], icg * kh * kw, k.vw
+    nr = panel_width(vw)
+    panels = -(-p // nr)
+    ldk = panels * nr  # positions per row of im2col^T and per group row of its codes
+    ct_at, _ = _conv_scratch(xt, wt, k.out_type, k.attrs, True, codes=True)
+    ldct = -(-oc // nr) * nr
+    epi_all = _row_epilogue(k, 2, 2)
+    row_epi = epi_all is not None and epi_all.supports_cols
+    aq, isa = k.attrs["act_quant"], k.bf16
+    fv = ir.VectorType(F32, vw)
+
+    def scratch(b, k2):
+        return b.bitcast(k2.scratch, F32.as_pointer())
+
+    def codes_at(b, k2, col):  # group row 0's position col of the codes, over the f32 rows
+        return b.bitcast(b.gep(scratch(b, k2), [col], inbounds=True), I16.as_pointer())
+
+    def pack(b, k2, t, ex):
+        _im2col_panel(b, k2, scratch(b, k2), ex[0], b.sdiv(t, i64(icg)), (nr, ldk), b.srem(t, i64(icg)))
+
+    def quantize(b, k2, pp, ex):  # panel pp's columns of every row, in place
+        col = b.mul(pp, i64(nr))
+        emit_quantize_block(b, scratch(b, k2), col, ldk, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw)
+
+    def quantize_input(b, k2, pp, ex):  # a 1x1 conv: panel pp's columns of the input planes
+        col = b.mul(pp, i64(nr))
+        src = b.add(ex[0], col)
+        whole = p // nr
+        with b.if_else(b.icmp_signed("<", pp, i64(whole))) as (full, ragged):
+            with full:
+                emit_quantize_block(b, k2.ins[0], src, p, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw)
+            with ragged:  # the last panel's columns past P read as zeros, not from past the planes
+                left = p - whole * nr
+
+                def masked(b, at, ci):
+                    ptr = b.bitcast(b.gep(k2.ins[0], [at], inbounds=True), fv.as_pointer())
+                    return _load_lanes(b, ptr, fv, [ci * vw + j < left for j in range(vw)])
+                emit_quantize_block(b, k2.ins[0], src, p, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw,
+                                    load=masked)
+
+    def gemm(b, k2, t, ex):
+        Ct = b.gep(scratch(b, k2), [i64(ct_at)], inbounds=True)
+        q = b.bitcast(scratch(b, k2), I16.as_pointer())
+        emit_i8b_gemm(b, q, None, kdim, b.bitcast(k2.ins[1], I8.as_pointer()), Ct, ldct, p, oc, kdim, vw, aq, isa,
+                      None, (t, b.add(t, i64(1))), q_pitch=ldk)
+
+    def transpose(b, k2, t, ex):
+        Ct = b.gep(scratch(b, k2), [i64(ct_at)], inbounds=True)
+        _transpose_channels(b, k2, Ct, ldct, b.mul(t, i64(vw)), ex[1], p, oc,
+                            _row_epilogue(k2, 2, 2) if row_epi else None)
+
+    with for_range(b, n, name="n") as ni:
+        xplane0 = b.mul(ni, i64(c * h * w))
+        if pointwise:
+            parallel(b, k, panels, quantize_input, [xplane0])
+        else:
+            if padded_input(xt, wt, k.out_type, k.attrs) is not None:
+                parallel(b, k, icg, lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
+            parallel(b, k, panels * icg, pack, [xplane0])
+            parallel(b, k, panels, quantize, [xplane0])
+        parallel(b, k, packed_work_items(p, oc, vw), gemm, [xplane0])
+        parallel(b, k, -(-oc // vw), transpose, [xplane0, ni])
+    if epi_all is not None and not row_epi:
+        _epilogue(b, k, 2)
+
+
 def k_conv2d_q4(b, k: KernelArgs):
     """gemm.py's conv-as-GEMM (kernels.k_conv2d) with the quantized weight as the A rows."""
     xt, wt = k.in_types[:2]
@@ -198,6 +304,8 @@ def k_conv2d_q4(b, k: KernelArgs):
     tile_epilogue = epi_all is not None and epi_all.supports_cols
     aq = k.attrs.get("act_quant")
     isa = _isa(k, aq)
+    if aq and bf16_transposed(xt, wt, k.out_type, k.attrs, k.vw, isa):
+        return k_conv2d_bf16_transposed(b, k)
     with for_range(b, n * g, name="ng") as ng:
         ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
