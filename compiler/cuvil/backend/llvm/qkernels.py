@@ -235,10 +235,8 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     def codes_at(b, k2, col):  # group row 0's position col of the codes, over the f32 rows
         return b.bitcast(b.gep(scratch(b, k2), [col], inbounds=True), I16.as_pointer())
 
-    def pack(b, k2, t, ex):
-        _im2col_panel(b, k2, scratch(b, k2), ex[0], b.sdiv(t, i64(icg)), (nr, ldk), b.srem(t, i64(icg)))
-
-    def quantize(b, k2, pp, ex):  # panel pp's columns of every row, in place
+    def pack(b, k2, pp, ex):  # panel pp's columns of every row, then their codes in place
+        _im2col_panel(b, k2, scratch(b, k2), ex[0], pp, (nr, ldk))
         col = b.mul(pp, i64(nr))
         emit_quantize_block(b, scratch(b, k2), col, ldk, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw)
 
@@ -276,8 +274,7 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
         else:
             if padded_input(xt, wt, k.out_type, k.attrs) is not None:
                 parallel(b, k, icg, lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
-            parallel(b, k, panels * icg, pack, [xplane0])
-            parallel(b, k, panels, quantize, [xplane0])
+            parallel(b, k, panels, pack, [xplane0])
         parallel(b, k, packed_work_items(p, oc, vw), gemm, [xplane0])
         parallel(b, k, -(-oc // vw), transpose, [xplane0, ni])
     if epi_all is not None and not row_epi:
