@@ -6,10 +6,13 @@ a matmul's B in int4 panels (qgemm.pack_q4_panels), a conv2d's plain Q4_0 rows.
 int8_channel (with the op's `act_quant`): integer GEMM (qgemm8.py); blob: qgemm8.int8_blob
 in the layout of the kernel's `Int8Isa` (KernelArgs.int8). The activations are quantized
 once per call: a matmul's A into scratch (`int8_scratch_bytes`; per tile where M is a
-runtime size), a conv's im2col panels in place after packing.
+runtime size), a conv's im2col panels in place after packing (a 1x1 conv's whole
+panels straight from its input planes).
 bf16 (with `act_quant = {dtype: bf16}`, `precision: bf16`): bfloat16 operands, f32
 accumulation. Where the target has a bf16 dot product (KernelArgs.bf16: AVX-512-BF16
-`vdpbf16ps`), the integer GEMMs' schedule with bf16 codes; blob: qgemm8.bf16_blob.
+`vdpbf16ps`), the integer GEMMs' schedule with bf16 codes; blob: qgemm8.bf16_blob
+(W^T panels for matmuls and for convs of thin output planes, which run transposed:
+k_conv2d_bf16_transposed).
 Elsewhere (the plain `bf16` isa) the f32 GEMMs of kernels.py, their weights kept as
 bf16 bits and widened as they are read (exact), the activations rounded to bf16 as they
 are packed (a matmul's A, once per call into scratch; a conv's panels): the products are then exactly the
