@@ -61,6 +61,10 @@ def conv(cin, cout, k, seed=0, **kw) -> nn.Conv2d:
     (conv(8, 12, 3, padding=1), (1, 8, 19, 16)),
     (conv(8, 12, 3, stride=2, padding=1), (2, 8, 40, 64)),
     (conv(3, 16, 7, stride=2, padding=3), (1, 3, 38, 64)),
+    # the padded copy in bands of rows (few planes), phases split from one masked load
+    # of stride x vector-width columns, edges inside and outside that load
+    (conv(2, 8, 5, stride=3, padding=(2, 4)), (1, 2, 23, 50)),
+    (conv(4, 8, 3, stride=(1, 2), padding=(1, 1)), (2, 4, 9, 17)),
 ])
 def test_conv2d(module, shape):
     check_torch(module, seeded(1, *shape), atol=ATOL, rtol=RTOL)

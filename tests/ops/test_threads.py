@@ -56,11 +56,26 @@ class _FewPanels(nn.Module):
         return self.c2(torch.relu(self.c1(x)))
 
 
+class _Stem(nn.Module):
+    """A 3-channel strided stem: its padded input copy splits each plane into bands of
+    rows (kernels.PADDED_COPY_ITEMS), and 2 of 3 planes would leave a thread idle."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.c1 = nn.Conv2d(3, 16, 7, stride=2, padding=3)
+        self.c2 = nn.Conv2d(16, 8, 3, stride=2, padding=(1, 0))
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x)))
+
+
 @pytest.mark.parametrize("make, shapes", [
     (_Rows, [(2, 100, 384), (4, 12, 64, 96)]),
     (_Convs, [(2, 8, 40, 38)]),
     (_FewPanels, [(1, 16, 14, 14)]),
-], ids=["rows", "convs", "few-panels"])
+    (_Stem, [(2, 3, 61, 58)]),
+], ids=["rows", "convs", "few-panels", "stem"])
 def test_two_threads_give_the_bits_of_one(make, shapes):
     model = make().eval()
     rng = np.random.default_rng(3)

@@ -728,7 +728,7 @@ def k_conv2d_transposed(b, k: KernelArgs):
         xplane0 = b.mul(ni, i64(c * h * w))
         if not pointwise:
             if padded:
-                parallel(b, k, icg, lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
+                padded_copy(b, k, xplane0)
             parallel(b, k, panels * icg, pack, [xplane0])
         parallel(b, k, -(-oc // nr), gemm_panel, [xplane0])
         parallel(b, k, -(-oc // vw), transpose, [xplane0, ni])
@@ -798,9 +798,33 @@ def _transpose_channels(b, k2: KernelArgs, Ct, ldct, oc0, ni, p, oc, epi):
                     epi(b, b.add(b.mul(ni, i64(oc)), oc0), oc % vw, i64(0), p)
 
 
-def _padded_copy(b, k2: KernelArgs, ic, xplane0, rnd=None):
-    """Plane ic of the conv's input (from element xplane0) into its zero-padded,
-    phase-split copy (padded_input); `rnd(b, value)` maps each copied value."""
+# Work items of the padded input copy: at least this many, whole planes where there are
+# enough of them, else bands of rows (a stem's 3 planes would leave one of 2 threads idle
+# for a third of the copy).
+PADDED_COPY_ITEMS = 8
+
+
+def padded_copy(b, k: KernelArgs, xplane0, rnd=None):
+    """The zero-padded, phase-split copy (padded_input) of the conv's input planes from
+    element xplane0 (one image or group), across the threads; `rnd(b, value)` maps each
+    copied value."""
+    icg = k.in_types[1].shape[1]
+    hp = padded_input(*k.in_types[:2], k.out_type, k.attrs)[0]
+    bands = min(hp, -(-PADDED_COPY_ITEMS // icg))
+
+    def item(b, k2, t, ex):
+        band = b.srem(t, i64(bands))
+        y0 = b.sdiv(b.mul(band, i64(hp)), i64(bands))
+        y1 = b.sdiv(b.mul(b.add(band, i64(1)), i64(hp)), i64(bands))
+        _padded_copy(b, k2, b.sdiv(t, i64(bands)), ex[0], (y0, y1), rnd)
+    parallel(b, k, icg * bands, item, [xplane0])
+
+
+def _padded_copy(b, k2: KernelArgs, ic, xplane0, rows, rnd=None):
+    """Rows [y0, y1) (`rows`, i64 values) of plane ic's padded copy. With masked vectors
+    (x86), sw * vw consecutive input columns at a time: one masked load (the lanes in
+    the padding read as zeros), split into the sw phases by shuffles; else column by
+    column."""
     xt, wt = k2.in_types[:2]
     _, _, h, w = xt.shape
     hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
@@ -809,14 +833,35 @@ def _padded_copy(b, k2: KernelArgs, ic, xplane0, rnd=None):
     src0 = b.add(xplane0, b.mul(ic, i64(h * w)))
     dst0 = b.mul(ic, i64(hp * sw * wq))
     zero = fconst("f32", 0.0)
-    with for_range(b, hp, name="py") as yy:
+    vw = k2.vw
+    vty, wide = ir.VectorType(F32, vw), ir.VectorType(F32, vw * sw)
+
+    def vector_row(src, row):
+        for q0 in range(0, wq, vw):
+            start = q0 * sw - pl  # the input column of phase 0's lane 0
+            valid = [0 <= start + e < w for e in range(vw * sw)]
+            if any(valid):
+                ptr = b.bitcast(b.gep(k2.ins[0], [b.add(src, i64(start))]), wide.as_pointer())
+                got = _load_lanes(b, ptr, wide, valid)
+            else:
+                got = ir.Constant(wide, [0.0] * (vw * sw))
+            for phase in range(sw):
+                v = got if sw == 1 else b.shuffle_vector(got, ir.Constant(wide, ir.Undefined), ir.Constant(
+                    ir.VectorType(ir.IntType(32), vw), [phase + sw * j for j in range(vw)]))
+                v = rnd(b, v) if rnd else v
+                at = b.gep(Xp, [b.add(row, i64(phase * wq + q0))], inbounds=True)
+                _store_lanes(b, v, b.bitcast(at, vty.as_pointer()), wq - q0)
+
+    with for_range(b, rows[1], start=rows[0], name="py") as yy:
         row = b.add(dst0, b.mul(yy, i64(sw * wq)))
         iy = b.sub(yy, i64(pt))
         inside = b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h)))
         with b.if_else(inside) as (then, otherwise):
             with then:
                 src = b.add(src0, b.mul(iy, i64(w)))
-                if sw == 1:  # zeros, a plain copy of the row, zeros
+                if masked_vectors(vw):
+                    vector_row(src, row)
+                elif sw == 1:  # zeros, a plain copy of the row, zeros
                     for j in range(pl):
                         store(b, zero, Xp, b.add(row, i64(j)), "f32")
                     with for_range(b, w, name="px") as xx:
@@ -951,7 +996,7 @@ def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, 
     value mapped by `rnd` where given."""
     xt, wt = k.in_types[:2]
     if padded_input(xt, wt, k.out_type, k.attrs) is not None:
-        parallel(b, k, wt.shape[1], lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0], rnd), [xplane0])
+        padded_copy(b, k, xplane0, rnd)
     if panels >= FUSED_PACK_PANELS:
         def pack_and_multiply(b, k2, pp, ex):
             slot = ex[-1]  # every panel of this thread's chunk goes through one slot, kept in cache

@@ -28,9 +28,9 @@ from ...errors import BackendError
 from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
-from .kernels import (KernelArgs, _conv_scratch, _epilogue, _im2col_panel, _load_lanes, _padded_copy, _row_epilogue,
+from .kernels import (KernelArgs, _conv_scratch, _epilogue, _im2col_panel, _load_lanes, _row_epilogue,
                       _transpose_channels, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d, matmul_packed,
-                      padded_input, parallel, thin_panels, tile_epilogue_of)
+                      padded_copy, padded_input, parallel, thin_panels, tile_epilogue_of)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
@@ -276,7 +276,7 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
             parallel(b, k, panels, quantize_input, [xplane0])
         else:
             if padded_input(xt, wt, k.out_type, k.attrs) is not None:
-                parallel(b, k, icg, lambda b, k2, ic, ex: _padded_copy(b, k2, ic, ex[0]), [xplane0])
+                padded_copy(b, k, xplane0)
             parallel(b, k, panels, pack, [xplane0])
         parallel(b, k, packed_work_items(p, oc, vw), gemm, [xplane0])
         parallel(b, k, -(-oc // vw), transpose, [xplane0, ni])
