@@ -393,11 +393,13 @@ def _bcast(b, ptr32, index, vw, isa):
     return b.bitcast(s, ir.VectorType(code_type(isa), vw * isa.group))
 
 
-def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, valid, post=None):
+def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, valid, post=None, store=None):
     """i32 accumulation over Kg groups (operands(kg) -> (mr activation-or-weight
     broadcasts, nv vectors, which side is the activation)), then rescale(acc, r, v) ->
     <vw x f32> stored into C. bf16 accumulates in f32 (rescale: None). `post(b, r, col,
-    vec)` maps each whole f32 vector (tile row r, C column col) before it is stored."""
+    vec)` maps each whole f32 vector (tile row r, C column col) before it is stored.
+    `store(b, vals)` takes the f32 vectors instead (vals[r][v], the vectors that hold
+    valid columns) and stores them itself."""
     vty = ir.VectorType(F32 if isa.bf16 else I32, vw)
     accs = [[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)]
     for row in accs:
@@ -411,6 +413,11 @@ def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, val
                 b.store(_dot(b, isa, b.load(accs[r][v]), act, wt, vw), accs[r][v])
     fty = ir.VectorType(F32, vw)
     full = nv * vw if valid is None else (valid // vw) * vw
+    if store is not None:
+        held = -(-(nv * vw if valid is None else valid) // vw)
+        store(b, [[b.load(accs[r][v]) if rescale is None else rescale(b.load(accs[r][v]), r, v)
+                   for v in range(held)] for r in range(mr)])
+        return
     for r in range(mr):
         crow = b.add(b.add(c_row0, i64(r * ldc)), c_j0)
         for v in range(-(-(nv * vw if valid is None else valid) // vw)):
@@ -438,12 +445,15 @@ def _fixed(b, acc, ws, corr, vty):
     return b.add(acc, b.mul(ws, ir.Constant(vty, [corr] * vty.count))) if corr else acc
 
 
-def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, items, q_pitch=None):
+def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, items, q_pitch=None, store=None):
     """C = A @ W: W int8 [K, N] in panels (int8_blob, packed; bf16_blob for a bf16 isa). Q: the codes of all of A
     ([M][Kg][G], emit_quantize_rows), or None: each tile quantizes its own rows of A
     (f32 [M, K], row stride lda) into a stack buffer first (a runtime M, no scratch).
     `q_pitch`: Q is [Kg][q_pitch][G] instead (group row kg's rows of A q_pitch positions
-    apart: a transposed conv's im2col^T codes, emit_quantize_block)."""
+    apart: a transposed conv's im2col^T codes, emit_quantize_block).
+    `store(b, row0, rows, col0, valid, vals)`: each finished tile's f32 vectors
+    (vals[r][v]: row row0 + r, columns from col0 + v * vw; `valid` columns in all, None
+    for a whole panel) go there instead of into C (no epilogue then)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     cp = -(-N // nr) * nr
@@ -488,9 +498,10 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
             sc = b.fmul(b.load(_vec_ptr(b, wscale, col, fty), align=4), ir.Constant(fty, [s] * vw))
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
         post, after = _fused(epilogue, row0, valid, vw)
+        own_store = None if store is None else (lambda bb, vals: store(bb, row0, mr, j0, valid, vals))
         _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C, b.mul(row0, i64(ldc)), ldc,
-              j0, valid, post)
-        if after:
+              j0, valid, post, own_store)
+        if after and store is None:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items, tile)
 
