@@ -28,9 +28,10 @@ from ...errors import BackendError
 from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
-from .kernels import (KernelArgs, _conv_scratch, _epilogue, _im2col_panel, _load_lanes, _row_epilogue, _store_lanes,
-                      _transpose_channels, _vector_transpose, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d,
-                      matmul_packed, padded_copy, padded_input, parallel, thin_panels, tile_epilogue_of)
+from .kernels import (KernelArgs, _conv_scratch, _epilogue, _im2col_panel, _load_lanes, _row_epilogue,
+                      _transpose_channels, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d,
+                      matmul_packed, padded_copy, padded_input, parallel, thin_panels, tile_epilogue_of,
+                      transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
@@ -265,28 +266,11 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     # the first lanes of each channel's vector), with no C^T and no pass of its own.
     direct = epi_all is None or epi_all.in_registers
 
-    def tile_store(b, k2, ni):
-        epi = _row_epilogue(k2, 2, 2) if epi_all is not None else None
-        zero = ir.Constant(fv, [0.0] * vw)
-
-        def store(b, row0, rows, col0, valid, vals):
-            for v in range(len(vals[0])):
-                lanes = _vector_transpose(b, [vals[r][v] for r in range(rows)] + [zero] * (vw - rows))
-                for j, vec in enumerate(lanes):  # channel col0 + v * vw + j: pixels row0 ..
-                    if valid is not None and v * vw + j >= valid:
-                        break
-                    ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
-                    if epi is not None:
-                        vec = epi.apply(b, ch, row0, vec)
-                    at = b.gep(k2.out, [b.add(b.mul(ch, i64(p)), row0)], inbounds=True)
-                    _store_lanes(b, vec, b.bitcast(at, fv.as_pointer()), rows)
-        return store
-
     def gemm(b, k2, t, ex):
         Ct = b.gep(scratch(b, k2), [i64(ct_at)], inbounds=True)
         q = b.bitcast(scratch(b, k2), I16.as_pointer())
         emit_i8b_gemm(b, q, None, kdim, b.bitcast(k2.ins[1], I8.as_pointer()), Ct, ldct, p, oc, kdim, vw, aq, isa,
-                      None, (t, b.add(t, i64(1))), q_pitch=ldk, store=tile_store(b, k2, ex[1]) if direct else None)
+                      None, (t, b.add(t, i64(1))), q_pitch=ldk, store=transposed_store(b, k2, ex[1]) if direct else None)
 
     def transpose(b, k2, t, ex):
         Ct = b.gep(scratch(b, k2), [i64(ct_at)], inbounds=True)
