@@ -764,8 +764,7 @@ def transposed_store(b, k2: KernelArgs, ni):
     store(b, row0, rows, col0, valid, vals) that writes the tile's vectors (vals[r][v]:
     pixel row0 + r, channels from col0 + v * vw) transposed in registers straight into
     image ni's NCHW result, each channel's rows pixels (rows <= vw) in one masked store,
-    after the epilogue. `valid`: the channels of a ragged last panel (None: whole, or
-    checked against OC at run time where OC is not a multiple of the panel width).
+    after the epilogue. `valid`: the channels of a ragged last panel (None: a whole one).
     Used by the bf16 transposed convs (qkernels): the f32 ones, tried with it, measured
     1-5% slower on ResNet-50 in 3 of 4 interleaved runs (MobileNetV2 3% faster) and keep
     their transpose pass."""
@@ -780,16 +779,11 @@ def transposed_store(b, k2: KernelArgs, ni):
             for j, vec in enumerate(lanes):  # channel col0 + v * vw + j: pixels row0 ..
                 if valid is not None and v * vw + j >= valid:
                     break
-                local = b.add(col0, i64(v * vw + j))
-                ch = b.add(b.mul(ni, i64(oc)), local)
+                ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
                 if epi is not None:
                     vec = epi.apply(b, ch, row0, vec)
                 at = b.bitcast(b.gep(k2.out, [b.add(b.mul(ch, i64(p)), row0)], inbounds=True), fv.as_pointer())
-                if valid is None and oc % panel_width(vw):
-                    with b.if_then(b.icmp_signed("<", local, i64(oc))):
-                        _store_lanes(b, vec, at, rows)
-                else:
-                    _store_lanes(b, vec, at, rows)
+                _store_lanes(b, vec, at, rows)
     return store
 
 
