@@ -413,6 +413,16 @@ def packed_items(b, M, N, vw, items, tile):
                     rows_of(None)
 
 
+def tile_post(epilogue, row0, valid, vw):
+    """(post for a tile of rows from row0, whether the epilogue still runs after the
+    tile): a tile of whole vectors (`valid` columns, None: a whole panel) applies an
+    epilogue that has `apply` to its accumulators."""
+    apply = getattr(epilogue, "apply", None)
+    if apply is None or (valid is not None and valid % vw):
+        return None, epilogue is not None
+    return (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)), False
+
+
 def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None,
                      panel_at=None, round_a=False):
     """C = A @ B with B packed by pack_b/emit_pack_b, over the work items of
@@ -432,13 +442,11 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         c_row0 = b.add(c_off, b.mul(row0, i64(ldc)))
         # a last panel of at most one vector's columns: one vector per row, not nv
         nv_t = 1 if valid is not None and valid <= vw else nv
-        apply = getattr(epilogue, "apply", None)
-        fuse = apply is not None and (valid is None or valid % vw == 0)
-        post = (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)) if fuse else None
+        post, after = tile_post(epilogue, row0, valid, vw)
         ahead = i64(K * nr) if mr >= PREFETCH_ROWS and panel_at is None else None
         _tile(b, A, a_row0, lda, Bp, b.mul(p if panel_at is None else panel_at, i64(K * nr)), nr, C, c_row0, ldc,
               i64(0), K, mr, nv_t, vw, ety, c_j0=j0, valid=valid, post=post, ahead=ahead, round_a=round_a)
-        if epilogue is not None and not fuse:
+        if after:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items if items is not None else (i64(0), i64(packed_work_items(M, N, vw))), tile)
 

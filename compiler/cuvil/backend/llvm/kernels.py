@@ -690,50 +690,81 @@ def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
         _epilogue(b, k, 2)
 
 
-def k_conv2d_transposed(b, k: KernelArgs):
-    """A conv_transposed convolution, per image: im2col^T (K rows of P, padded to whole
-    panels; a 1x1 conv's input planes already are that) times the packed W^T gives
-    C^T[P, OC] in scratch, which is transposed into the NCHW result vw x vw blocks at a
-    time, each channel block taking the epilogue while it is in cache."""
+@dataclass(frozen=True)
+class Transposed:
+    """A transposed conv's layout (k_conv2d_transposed, qkernels.k_conv2d_bf16_transposed):
+    P output positions per plane, K = kdim, im2col^T's columns in `panels` panels of nr,
+    C^T[P, OC] in the scratch from element ct_at with rows of ldct (OC rounded up to
+    whole panels)."""
+    pointwise: bool
+    p: int
+    kdim: int
+    nr: int
+    panels: int
+    ldct: int
+    ct_at: int
+
+    @classmethod
+    def of(cls, k: KernelArgs, codes: bool = False) -> "Transposed":
+        xt, wt = k.in_types[:2]
+        oc, icg, kh, kw = wt.shape
+        p, nr = k.out_type.shape[2] * k.out_type.shape[3], panel_width(k.vw)
+        return cls(conv_geometry(xt, wt, k.out_type, k.attrs)[0], p, icg * kh * kw, nr, -(-p // nr),
+                   -(-oc // nr) * nr, _conv_scratch(xt, wt, k.out_type, k.attrs, True, codes)[0])
+
+
+def run_transposed(b, k: KernelArgs, t: Transposed, prepare, gemm, direct: bool = False):
+    """A transposed conv's steps per image, each a parallel loop whose body gets the
+    extras [xplane0, ni]: the padded input copy where the conv has one, `prepare` =
+    (count, body) building im2col^T (None: the GEMM reads the input), `gemm` = (count,
+    body) into C^T, then C^T transposed into the NCHW result vw x vw blocks at a time,
+    each channel block taking the epilogue while it is in cache (not with `direct`:
+    the GEMM stored the result itself). An epilogue that cannot run per channel block
+    runs on the whole result after."""
     xt, wt = k.in_types[:2]
     n, c, h, w = xt.shape
-    oc, icg, kh, kw = wt.shape
-    pointwise, _ = conv_geometry(xt, wt, k.out_type, k.attrs)
-    p, kdim, vw = k.out_type.shape[2] * k.out_type.shape[3], icg * kh * kw, k.vw
-    nr = panel_width(vw)
-    panels = -(-p // nr)
-    ct_at, _ = _conv_scratch(xt, wt, k.out_type, k.attrs, True)
+    oc, vw = wt.shape[0], k.vw
     epi_all = _row_epilogue(k, 2, 2)
     row_epi = epi_all is not None and epi_all.supports_cols
-    padded = padded_input(xt, wt, k.out_type, k.attrs) is not None
-    ldk = p if pointwise else panels * nr
 
-    def scratch_at(b, k2, offset):
-        return b.gep(b.bitcast(k2.scratch, F32.as_pointer()), [i64(offset)], inbounds=True)
-
-    def pack(b, k2, t, ex):
-        _im2col_panel(b, k2, scratch_at(b, k2, 0), ex[0], b.sdiv(t, i64(icg)), (nr, ldk), b.srem(t, i64(icg)))
-
-    ldct = -(-oc // nr) * nr  # C^T rows hold whole panels
-
-    def gemm_panel(b, k2, t, ex):
-        A, a_off = (k2.ins[0], ex[0]) if pointwise else (scratch_at(b, k2, 0), i64(0))
-        emit_gemm_panel(b, A, a_off, 1, ldk, k2.ins[1], scratch_at(b, k2, ct_at), ldct, p, kdim, vw, F32, t)
-
-    def transpose(b, k2, t, ex):
-        _transpose_channels(b, k2, scratch_at(b, k2, ct_at), ldct, b.mul(t, i64(vw)), ex[1], p, oc,
+    def transpose(b, k2, i, ex):
+        Ct = b.gep(b.bitcast(k2.scratch, F32.as_pointer()), [i64(t.ct_at)], inbounds=True)
+        _transpose_channels(b, k2, Ct, t.ldct, b.mul(i, i64(vw)), ex[1], t.p, oc,
                             _row_epilogue(k2, 2, 2) if row_epi else None)
 
     with for_range(b, n, name="n") as ni:
-        xplane0 = b.mul(ni, i64(c * h * w))
-        if not pointwise:
-            if padded:
-                padded_copy(b, k, xplane0)
-            parallel(b, k, panels * icg, pack, [xplane0])
-        parallel(b, k, -(-oc // nr), gemm_panel, [xplane0])
-        parallel(b, k, -(-oc // vw), transpose, [xplane0, ni])
+        extras = [b.mul(ni, i64(c * h * w)), ni]
+        if padded_input(xt, wt, k.out_type, k.attrs) is not None:
+            padded_copy(b, k, extras[0])
+        for step in (prepare, gemm):
+            if step is not None:
+                parallel(b, k, step[0], step[1], extras)
+        if not direct:
+            parallel(b, k, -(-oc // vw), transpose, extras)
     if epi_all is not None and not row_epi:
         _epilogue(b, k, 2)
+
+
+def k_conv2d_transposed(b, k: KernelArgs):
+    """A conv_transposed convolution (run_transposed): im2col^T (K rows of P, padded to
+    whole panels; a 1x1 conv's input planes already are that) times the packed W^T
+    gives C^T[P, OC] in scratch."""
+    icg = k.in_types[1].shape[1]
+    t = Transposed.of(k)
+    ldk = t.p if t.pointwise else t.panels * t.nr
+
+    def scratch(b, k2):
+        return b.bitcast(k2.scratch, F32.as_pointer())
+
+    def pack(b, k2, i, ex):
+        _im2col_panel(b, k2, scratch(b, k2), ex[0], b.sdiv(i, i64(icg)), (t.nr, ldk), b.srem(i, i64(icg)))
+
+    def gemm_panel(b, k2, i, ex):
+        A, a_off = (k2.ins[0], ex[0]) if t.pointwise else (scratch(b, k2), i64(0))
+        Ct = b.gep(scratch(b, k2), [i64(t.ct_at)], inbounds=True)
+        emit_gemm_panel(b, A, a_off, 1, ldk, k2.ins[1], Ct, t.ldct, t.p, t.kdim, k2.vw, F32, i)
+
+    run_transposed(b, k, t, None if t.pointwise else (t.panels * icg, pack), (t.ldct // t.nr, gemm_panel))
 
 
 def _vector_transpose(b, rows):

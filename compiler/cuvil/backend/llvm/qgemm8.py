@@ -53,7 +53,7 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
-from .gemm import PREFETCH_ROWS, _splat, _vec_ptr, micro_shape, packed_items, panel_width, prefetch_run
+from .gemm import PREFETCH_ROWS, _splat, _vec_ptr, micro_shape, packed_items, panel_width, prefetch_run, tile_post
 from .loops import alloca_in_entry, for_range
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
@@ -432,15 +432,6 @@ def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, val
                     b.store(x, b.gep(C, [b.add(crow, i64(full + j))], inbounds=True))
 
 
-def _fused(epilogue, row0, valid, vw):
-    """(post for _tile, whether the epilogue still runs after the tile): a tile of whole
-    vectors applies an epilogue with `apply` to its accumulators (gemm.emit_gemm_packed)."""
-    apply = getattr(epilogue, "apply", None)
-    if apply is None or (valid is not None and valid % vw):
-        return None, epilogue is not None
-    return (lambda bb, r, col, vec: apply(bb, bb.add(row0, i64(r)), col, vec)), False
-
-
 def _fixed(b, acc, ws, corr, vty):
     return b.add(acc, b.mul(ws, ir.Constant(vty, [corr] * vty.count))) if corr else acc
 
@@ -497,7 +488,7 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
             ws = b.load(_vec_ptr(b, wsum, col, ity), align=4)
             sc = b.fmul(b.load(_vec_ptr(b, wscale, col, fty), align=4), ir.Constant(fty, [s] * vw))
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
-        post, after = _fused(epilogue, row0, valid, vw)
+        post, after = tile_post(epilogue, row0, valid, vw)
         own_store = None if store is None else (lambda bb, vals: store(bb, row0, mr, j0, valid, vals))
         _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C, b.mul(row0, i64(ldc)), ldc,
               j0, valid, post, own_store)
@@ -547,7 +538,7 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
             ws = _splat(b, b.load(b.gep(wsum, [row], inbounds=True)), ity)
             sc = _splat(b, b.fmul(b.load(b.gep(wscale, [row], inbounds=True)), ir.Constant(F32, s)), fty)
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
-        post, after = _fused(epilogue, row0, valid, vw)
+        post, after = tile_post(epilogue, row0, valid, vw)
         _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C,
               b.add(c_off, b.mul(row0, i64(ldc))), ldc,
               b.mul(p, i64(nr)), valid, post)

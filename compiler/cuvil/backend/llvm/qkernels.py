@@ -28,10 +28,9 @@ from ...errors import BackendError
 from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
-from .kernels import (KernelArgs, _conv_scratch, _epilogue, _im2col_panel, _load_lanes, _row_epilogue,
-                      _transpose_channels, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d,
-                      matmul_packed, padded_copy, padded_input, parallel, thin_panels, tile_epilogue_of,
-                      transposed_store)
+from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _load_lanes, _row_epilogue, conv_geometry,
+                      conv_pack_panel, conv_schedule, k_conv2d, matmul_packed, parallel, run_transposed,
+                      thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
@@ -219,18 +218,10 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     has the tiles go to C^T in scratch, transposed into the result with it afterwards.
     The weight streams once per call, spread over the threads' output-channel panels,
     where the column panels would read it once per pixel panel."""
-    xt, wt = k.in_types[:2]
-    n, c, h, w = xt.shape
-    oc, icg, kh, kw = wt.shape
-    pointwise, _ = conv_geometry(xt, wt, k.out_type, k.attrs)
-    p, kdim, vw = k.out_type.shape[2] * k.out_type.shape[3], icg * kh * kw, k.vw
-    nr = panel_width(vw)
-    panels = -(-p // nr)
-    ldk = panels * nr  # positions per row of im2col^T and per group row of its codes
-    ct_at, _ = _conv_scratch(xt, wt, k.out_type, k.attrs, True, codes=True)
-    ldct = -(-oc // nr) * nr
+    t = Transposed.of(k, codes=True)
+    oc, p, kdim, nr, vw = k.out_type.shape[1], t.p, t.kdim, t.nr, k.vw
+    ldk = t.panels * nr  # positions per row of im2col^T and per group row of its codes
     epi_all = _row_epilogue(k, 2, 2)
-    row_epi = epi_all is not None and epi_all.supports_cols
     aq, isa = k.attrs["act_quant"], k.bf16
     fv = ir.VectorType(F32, vw)
 
@@ -266,30 +257,15 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     # the first lanes of each channel's vector), with no C^T and no pass of its own.
     direct = epi_all is None or epi_all.in_registers
 
-    def gemm(b, k2, t, ex):
-        Ct = b.gep(scratch(b, k2), [i64(ct_at)], inbounds=True)
+    def gemm(b, k2, i, ex):
+        Ct = b.gep(scratch(b, k2), [i64(t.ct_at)], inbounds=True)
         q = b.bitcast(scratch(b, k2), I16.as_pointer())
-        emit_i8b_gemm(b, q, None, kdim, b.bitcast(k2.ins[1], I8.as_pointer()), Ct, ldct, p, oc, kdim, vw, aq, isa,
-                      None, (t, b.add(t, i64(1))), q_pitch=ldk, store=transposed_store(b, k2, ex[1]) if direct else None)
+        store = transposed_store(b, k2, ex[1]) if direct else None
+        emit_i8b_gemm(b, q, None, kdim, b.bitcast(k2.ins[1], I8.as_pointer()), Ct, t.ldct, p, oc, kdim, vw, aq, isa,
+                      None, (i, b.add(i, i64(1))), q_pitch=ldk, store=store)
 
-    def transpose(b, k2, t, ex):
-        Ct = b.gep(scratch(b, k2), [i64(ct_at)], inbounds=True)
-        _transpose_channels(b, k2, Ct, ldct, b.mul(t, i64(vw)), ex[1], p, oc,
-                            _row_epilogue(k2, 2, 2) if row_epi else None)
-
-    with for_range(b, n, name="n") as ni:
-        xplane0 = b.mul(ni, i64(c * h * w))
-        if pointwise:
-            parallel(b, k, panels, quantize_input, [xplane0])
-        else:
-            if padded_input(xt, wt, k.out_type, k.attrs) is not None:
-                padded_copy(b, k, xplane0)
-            parallel(b, k, panels, pack, [xplane0])
-        parallel(b, k, packed_work_items(p, oc, vw), gemm, [xplane0, ni])
-        if not direct:
-            parallel(b, k, -(-oc // vw), transpose, [xplane0, ni])
-    if epi_all is not None and not row_epi:
-        _epilogue(b, k, 2)
+    run_transposed(b, k, t, (t.panels, quantize_input if t.pointwise else pack),
+                   (packed_work_items(p, oc, vw), gemm), direct)
 
 
 def k_conv2d_q4(b, k: KernelArgs):
