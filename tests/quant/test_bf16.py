@@ -132,6 +132,41 @@ def test_bf16_pointwise_convs_read_their_codes_from_the_input_planes(isa, vector
     _check(model, torch.randn(2, 21, 9, 8, generator=torch.Generator().manual_seed(8)), vector_bits, isa)
 
 
+class _PaddedCodes(torch.nn.Module):
+    """bf16 convs that build their im2col codes straight from the padded input copy
+    (qkernels.im2col_codes), in blocks of whole pairs and whole input channels: a 7x7
+    stride-2 stem over 3 channels (one block of 98 rows, then 49 with the last pair
+    half empty), a 2x2 kernel (blocks of 4 rows), a 1x3 one with stride (1, 2) and a
+    3x3 one over 5 channels (2 blocks of 18 rows and a tail of 9)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(12)
+        self.c1 = torch.nn.Conv2d(3, 16, 7, stride=2, padding=3)
+        self.c2 = torch.nn.Conv2d(16, 5, 2, padding=1)
+        self.c3 = torch.nn.Conv2d(5, 5, (1, 3), stride=(1, 2), padding=(0, 1))
+        self.c4 = torch.nn.Conv2d(5, 24, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        return self.c4(self.c3(y) + 1.0)
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
+@pytest.mark.parametrize("vector_bits", [256, 512])
+def test_bf16_convs_take_their_codes_from_the_padded_copy(isa, vector_bits):
+    _check(_PaddedCodes().eval(), torch.randn(1, 3, 45, 50, generator=torch.Generator().manual_seed(13)),
+           vector_bits, isa)
+
+
+def test_bf16_convs_from_the_padded_copy_give_two_threads_the_bits_of_one():
+    """Each thread packs its panels into its own slot of the scratch."""
+    model, x = _PaddedCodes().eval(), torch.randn(1, 3, 45, 50, generator=torch.Generator().manual_seed(14))
+    one = cuvil.compile(model, (x,), precision="bf16", threads=1)
+    two = cuvil.compile(model, (x,), precision="bf16", threads=2)
+    np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
+
+
 class _ThinPlanes(torch.nn.Module):
     """bf16 convs whose output planes fill the column panels poorly (7x7, 14x14): W^T
     panels times im2col^T codes, transposed back with the epilogue (a bias, ReLU, a

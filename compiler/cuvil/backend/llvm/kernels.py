@@ -950,20 +950,20 @@ def _padded_base(b, k2: KernelArgs):
     return b.gep(S, [i64(_im2col_bytes(xt, wt, k2.out_type) // 4 + 2 * PANEL_PAD)], inbounds=True)
 
 
-def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
-    """Panel `panel` of a conv's im2col matrix from the padded input copy: the vw
-    columns of each vector span at most `segs` output rows y; the lanes of row y read
-    consecutive elements of the copy (row sh*y + ky, phase kx % sw, from x + kx // sw),
-    so each (vector, row) is one unaligned load at an offset fixed for the panel, and the
-    rows' lanes are blended by masks computed once per panel. Columns past the last are
-    zero. `pitches` and `ic` as in _im2col_packed."""
+def padded_reader(b, k2: KernelArgs, panel):
+    """The loads of panel `panel`'s im2col columns from the padded input copy:
+    read(b, tap, v) -> vector v (<vw x f32>) of the im2col row whose first tap is
+    element `tap` of the copy (ic * hp + ky) * sw * wq + kx % sw * wq + kx // sw. The vw columns of each vector span at most
+    `segs` output rows y; the lanes of row y read consecutive elements of the copy (row
+    sh*y + ky, phase kx % sw, from x + kx // sw), so each (vector, row) is one unaligned
+    load at an offset fixed for the panel, and the rows' lanes are blended by masks
+    computed here, once per panel. Columns past the last are zero."""
     xt, wt = k2.in_types[:2]
-    _, icg, kh, kw = wt.shape
     _, _, oh, ow = k2.out_type.shape
     hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
     sh, pitch = k2.attrs["stride"][0], sw * wq  # elements per padded row
     vw, nr = k2.vw, panel_width(k2.vw)
-    kdim, p = icg * kh * kw, oh * ow
+    p = oh * ow
     vty = ir.VectorType(F32, vw)
     ity = ir.VectorType(I64, vw)
     # rows of whole vectors (ow a multiple of vw): each vector lies in one output row,
@@ -987,6 +987,27 @@ def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
             vparts.append((mask, b.add(b.mul(ya, i64(sh * pitch - ow)), cv)))
         parts.append(vparts)
     zero = ir.Constant(vty, [0.0] * vw)
+
+    def read(b, tap, v):
+        vec = zero
+        for mask, off in parts[v]:
+            got = b.load(b.bitcast(b.gep(Xp, [b.add(tap, off)]), vty.as_pointer()), align=4)
+            vec = got if mask is None else b.select(mask, got, vec)
+        return vec
+    return read
+
+
+def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
+    """Panel `panel` of a conv's im2col matrix from the padded input copy
+    (padded_reader). `pitches` and `ic` as in _im2col_packed."""
+    xt, wt = k2.in_types[:2]
+    _, icg, kh, kw = wt.shape
+    hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
+    pitch = sw * wq
+    vw, nr = k2.vw, panel_width(k2.vw)
+    kdim = icg * kh * kw
+    vty = ir.VectorType(F32, vw)
+    read = padded_reader(b, k2, panel)
     panel_pitch, row_pitch = pitches or (kdim * nr, nr)
     dst0 = b.mul(panel, i64(panel_pitch))
     ic_lo = i64(0) if ic is None else ic
@@ -996,14 +1017,10 @@ def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
             r0 = b.add(b.mul(ic, i64(kh * kw)), b.mul(ky, i64(kw)))
             for kx in range(kw):
                 dst = b.add(dst0, b.mul(b.add(r0, i64(kx)), i64(row_pitch)))
-                for v, vparts in enumerate(parts):
-                    vec = zero
-                    for mask, off in vparts:
-                        at = b.add(b.add(tap0, i64(kx % sw * wq + kx // sw)), off)
-                        got = b.load(b.bitcast(b.gep(Xp, [at]), vty.as_pointer()), align=4)
-                        vec = got if mask is None else b.select(mask, got, vec)
-                    b.store(vec, b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()),
-                            align=4)
+                tap = b.add(tap0, i64(kx % sw * wq + kx // sw))
+                for v in range(nr // vw):
+                    b.store(read(b, tap, v),
+                            b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()), align=4)
 
 
 def _im2col_panel(b, k2: KernelArgs, S, xplane0, panel, pitches, ic=None):

@@ -144,9 +144,10 @@ def emit_q4b_gemm(b, A, lda, Bq, C, ldc, M, N, K, vw, epilogue, items):
     packed_items(b, M, N, vw, items, tile)
 
 
-def emit_q4a_gemm(b, Aq, a_row_off, Bp, C, c_off, ldc, M, N, K, vw, epilogue, items):
+def emit_q4a_gemm(b, Aq, a_row_off, Bp, C, c_off, ldc, M, N, K, vw, epilogue, items, panel_at=None):
     """C = A @ B, A int4 Q4_0 rows (Aq: i8*; rows from a_row_off, an i64 row index), B an
-    f32 [K, N] packed in panels (gemm.pack_b layout). `epilogue` as in emit_q4b_gemm."""
+    f32 [K, N] packed in panels (gemm.pack_b layout). `epilogue` as in emit_q4b_gemm;
+    `panel_at` (i64): every panel is read from that panel slot of Bp (one panel)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     row_bytes = -(-K // QK) * Q4_BLOCK_BYTES
@@ -154,7 +155,7 @@ def emit_q4a_gemm(b, Aq, a_row_off, Bp, C, c_off, ldc, M, N, K, vw, epilogue, it
 
     def tile(row0, mr, p, valid):
         a_rows = b.add(a_row_off, row0)
-        b_panel = b.mul(p, i64(K * nr))
+        b_panel = b.mul(p if panel_at is None else panel_at, i64(K * nr))
 
         def block(kb):
             bases = [b.add(b.mul(b.add(a_rows, i64(r)), i64(row_bytes)), b.mul(kb, i64(Q4_BLOCK_BYTES)))

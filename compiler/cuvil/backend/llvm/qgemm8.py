@@ -290,31 +290,36 @@ def emit_quantize_block(b, X, x_off, ldx, K, out, ldo, width, aq, isa, vw, load=
     columns at a time. In place (out over the bytes of X's rows, ldo = ldx): group row kg
     reads f32 rows kg*G.. (>= kg) and writes the bytes of f32 row kg, each chunk after
     reading it, so disjoint column ranges can run on different threads.
-    `load(b, index, c)`: the f32 vector at element index of X, chunk c (default a plain
-    load; a masked one keeps a ragged block inside X)."""
+    `load(b, index, c, k)`: the f32 vector at element index of X, chunk c of row k
+    (default a plain load; a masked one keeps a ragged block inside X; X may be None
+    where load reads the rows from elsewhere: a conv's im2col rows)."""
     g = isa.group
-    ct, fv = code_type(isa), ir.VectorType(F32, vw)
-    mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
+    fv = ir.VectorType(F32, vw)
 
     def group(kg, rows):  # rows: how many of the group's G rows are inside K
         for c in range(width // vw):
-            codes = []
-            for i in range(g):
-                if i < rows:
-                    k = b.add(b.mul(kg, i64(g)), i64(i))
-                    at = b.add(x_off, b.add(b.mul(k, i64(ldx)), i64(c * vw)))
-                    x = b.load(_vec_ptr(b, X, at, fv), align=4) if load is None else load(b, at, c)
-                else:
-                    x = ir.Constant(fv, [0.0] * vw)
-                codes.append(_code(b, x, aq, isa))
-            joined = _concat(b, codes)  # then one shuffle interleaves the rows
-            inter = b.shuffle_vector(joined, ir.Constant(joined.type, ir.Undefined), mask)
-            b.store(inter, _vec_ptr(b, out, b.mul(b.add(b.mul(kg, i64(ldo)), i64(c * vw)), i64(g)),
-                                   ir.VectorType(ct, vw * g)), align=1)
+            xs = []
+            for i in range(rows):
+                k = b.add(b.mul(kg, i64(g)), i64(i))
+                at = b.add(x_off, b.add(b.mul(k, i64(ldx)), i64(c * vw)))
+                xs.append(b.load(_vec_ptr(b, X, at, fv), align=4) if load is None else load(b, at, c, k))
+            store_group(b, xs, out, b.add(b.mul(kg, i64(ldo)), i64(c * vw)), aq, isa, vw)
     with for_range(b, K // g, name="qg") as kg:
         group(kg, g)
     if K % g:
         group(i64(K // g), K % g)
+
+
+def store_group(b, xs, out, pos, aq, isa, vw):
+    """The codes of one group row's vw positions: xs, the f32 vectors of its first
+    len(xs) rows (the rest zeros), interleaved ([vw][G]) at position pos (i64) of out."""
+    g = isa.group
+    ct, fv = code_type(isa), ir.VectorType(F32, vw)
+    codes = [_code(b, xs[i] if i < len(xs) else ir.Constant(fv, [0.0] * vw), aq, isa) for i in range(g)]
+    joined = _concat(b, codes)  # then one shuffle interleaves the rows
+    mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
+    inter = b.shuffle_vector(joined, ir.Constant(joined.type, ir.Undefined), mask)
+    b.store(inter, _vec_ptr(b, out, b.mul(pos, i64(g)), ir.VectorType(ct, vw * g)), align=1)
 
 
 # -- the dot product ------------------------------------------------------------------------
@@ -497,10 +502,12 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
     packed_items(b, M, N, vw, items, tile)
 
 
-def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw, aq, isa, epilogue, items):
+def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw, aq, isa, epilogue, items,
+                  panel_at=None):
     """C = W @ B: W int8 rows [rows_total][Kg * G] (int8_blob or bf16_blob; rows from a_row_off, an
     i64), B the activation codes in panels ([Kg][AP][G] per panel, emit_quantize_panel;
-    Sq: i8*, panel stride K * AP * 4 bytes)."""
+    Sq: i8*, panel stride K * AP * 4 bytes). `panel_at` (i64): every panel is read from
+    that panel slot of Sq (one panel)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     kg_n, g = groups(K, isa), isa.group
@@ -517,7 +524,7 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
 
     def tile(row0, mr, p, valid):
         rows = b.add(a_row_off, row0)
-        panel = b.mul(p, i64(K * nr * 4 // (ct.width // 8)))  # K * AP * 4 bytes, in codes
+        panel = b.mul(p if panel_at is None else panel_at, i64(K * nr * 4 // (ct.width // 8)))  # K*AP*4 bytes
         if g == 2 and not isa.bf16:
             src0 = b.mul(rows, i64(kg_n * g))
             with for_range(b, mr * kg_n * g, name="wx") as e:

@@ -6,8 +6,9 @@ a matmul's B in int4 panels (qgemm.pack_q4_panels), a conv2d's plain Q4_0 rows.
 int8_channel (with the op's `act_quant`): integer GEMM (qgemm8.py); blob: qgemm8.int8_blob
 in the layout of the kernel's `Int8Isa` (KernelArgs.int8). The activations are quantized
 once per call: a matmul's A into scratch (`int8_scratch_bytes`; per tile where M is a
-runtime size), a conv's im2col panels in place after packing (a 1x1 conv's whole
-panels straight from its input planes).
+runtime size), a conv's im2col panels straight from its padded input copy
+(im2col_codes; elsewhere in place after packing), a 1x1 conv's whole panels straight
+from its input planes; each thread packs its panels into one slot of the scratch.
 bf16 (with `act_quant = {dtype: bf16}`, `precision: bf16`): bfloat16 operands, f32
 accumulation. Where the target has a bf16 dot product (KernelArgs.bf16: AVX-512-BF16
 `vdpbf16ps`), the integer GEMMs' schedule with bf16 codes; blob: qgemm8.bf16_blob
@@ -21,6 +22,8 @@ gemm.pack_b panels, a conv's rows as they are).
 """
 from __future__ import annotations
 
+from math import gcd
+
 import numpy as np
 from llvmlite import ir
 
@@ -29,12 +32,12 @@ from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _load_lanes, _row_epilogue, conv_geometry,
-                      conv_pack_panel, conv_schedule, k_conv2d, matmul_packed, parallel, run_transposed,
-                      thin_panels, tile_epilogue_of, transposed_store)
+                      conv_pack_panel, conv_schedule, k_conv2d, matmul_packed, padded_input, padded_reader,
+                      parallel, run_transposed, thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
-                     emit_quantize_block, emit_quantize_panel, emit_quantize_rows, groups, int8_blob)
+                     emit_quantize_block, emit_quantize_panel, emit_quantize_rows, groups, int8_blob, store_group)
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
 
@@ -208,11 +211,48 @@ def bf16_transposed(x, w, out, attrs, vw: int, isa) -> bool:
     return isa.dot == "dpbf16ps" and _bf16_transposed_shape(x, w, out, attrs) and thin_panels(out, vw)
 
 
+def im2col_codes(b, k2: KernelArgs, pp, out, ldo, aq, isa) -> bool:
+    """Panel pp's im2col columns as [Kg][.][G] codes at out (group row kg's from kg *
+    ldo positions), read straight from the conv's padded input copy (no f32 panel);
+    False (nothing emitted) where the conv has no padded copy. The rows go in blocks of
+    whole groups and whole input channels (lcm(G, kh * kw) rows), unrolled, so every
+    row's place in the copy is a constant offset from its block's."""
+    xt, wt = k2.in_types[:2]
+    padded = padded_input(xt, wt, k2.out_type, k2.attrs)
+    if padded is None:
+        return False
+    _, icg, kh, kw = wt.shape
+    hp, sw, wq = padded
+    g, taps = isa.group, kh * kw
+    per = taps * g // gcd(taps, g)  # rows of a block
+    read = padded_reader(b, k2, pp)
+    chunks = panel_width(k2.vw) // k2.vw
+
+    def tap(j):  # row j of a block: its first element in the copy, from the block's
+        ic, t = divmod(j, taps)
+        ky, kx = divmod(t, kw)
+        return (ic * hp + ky) * sw * wq + kx % sw * wq + kx // sw
+
+    def groups_from(base, kg0, rows):  # rows of a block from padded element base, group row kg0
+        for gi in range(-(-rows // g)):
+            for c in range(chunks):
+                xs = [read(b, b.add(base, i64(tap(j))), c) for j in range(gi * g, min(rows, gi * g + g))]
+                store_group(b, xs, out, b.add(b.mul(b.add(kg0, i64(gi)), i64(ldo)), i64(c * k2.vw)), aq, isa, k2.vw)
+
+    block_elems = per // taps * hp * sw * wq
+    whole = icg * taps // per
+    with for_range(b, whole, name="blk") as blk:
+        groups_from(b.mul(blk, i64(block_elems)), b.mul(blk, i64(per // g)), per)
+    if icg * taps % per:
+        groups_from(i64(whole * block_elems), i64(whole * per // g), icg * taps % per)
+    return True
+
+
 def k_conv2d_bf16_transposed(b, k: KernelArgs):
     """A bf16 conv as C^T[P, OC] = im2col^T @ W^T (kernels.k_conv2d_transposed's form),
     per image: im2col^T's K rows of P (padded to whole panels; a 1x1 conv reads its input
-    planes) become [Kg][P'][2] codes, a panel of columns per work item (in place after
-    the f32 pack); the bf16 GEMM (emit_i8b_gemm) multiplies them by the weight's W^T
+    planes) become [Kg][P'][2] codes, a panel of columns per work item (im2col_codes;
+    without a padded copy, in place after the f32 pack); the bf16 GEMM (emit_i8b_gemm) multiplies them by the weight's W^T
     panels (qgemm8.bf16_blob, packed). Each tile is transposed in registers into the
     NCHW result, with an epilogue that runs in registers; another epilogue (a residual)
     has the tiles go to C^T in scratch, transposed into the result with it afterwards.
@@ -232,8 +272,10 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
         return b.bitcast(b.gep(scratch(b, k2), [col], inbounds=True), I16.as_pointer())
 
     def pack(b, k2, pp, ex):  # panel pp's columns of every row, then their codes in place
-        _im2col_panel(b, k2, scratch(b, k2), ex[0], pp, (nr, ldk))
         col = b.mul(pp, i64(nr))
+        if im2col_codes(b, k2, pp, codes_at(b, k2, col), ldk, aq, isa):
+            return
+        _im2col_panel(b, k2, scratch(b, k2), ex[0], pp, (nr, ldk))
         emit_quantize_block(b, scratch(b, k2), col, ldk, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw)
 
     def quantize_input(b, k2, pp, ex):  # a 1x1 conv: panel pp's columns of the input planes
@@ -246,7 +288,7 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
             with ragged:  # the last panel's columns past P read as zeros, not from past the planes
                 left = p - whole * nr
 
-                def masked(b, at, ci):
+                def masked(b, at, ci, _row):
                     ptr = b.bitcast(b.gep(k2.ins[0], [at], inbounds=True), fv.as_pointer())
                     return _load_lanes(b, ptr, fv, [ci * vw + j < left for j in range(vw)])
                 emit_quantize_block(b, k2.ins[0], src, p, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw,
@@ -295,22 +337,25 @@ def k_conv2d_q4(b, k: KernelArgs):
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
         row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
 
-        def pack(b, k2, pp, ex, _slot):  # each panel at its own slot (the narrow GEMMs read panel p at p)
+        def pack(b, k2, pp, ex, slot):
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             if aq and pointwise:  # a whole panel of input planes: its codes straight from them
                 with b.if_else(b.icmp_signed("<", pp, i64(p // nr))) as (whole, ragged):
                     with whole:
-                        emit_quantize_panel(b, S, pp, kdim, nr, aq, isa, k2.vw,
+                        emit_quantize_panel(b, S, slot, kdim, nr, aq, isa, k2.vw,
                                             src=(k2.ins[0], b.add(ex[0], b.mul(pp, i64(nr))), p))
                     with ragged:
-                        conv_pack_panel(b, k2, S, ex[0], pp, pp)
-                        emit_quantize_panel(b, S, pp, kdim, nr, aq, isa, k2.vw)
+                        conv_pack_panel(b, k2, S, ex[0], pp, slot)
+                        emit_quantize_panel(b, S, slot, kdim, nr, aq, isa, k2.vw)
                 return
-            conv_pack_panel(b, k2, S, ex[0], pp, pp)
+            if aq and im2col_codes(b, k2, pp, b.bitcast(b.gep(S, [b.mul(slot, i64(kdim * nr))], inbounds=True),
+                                                        code_type(isa).as_pointer()), nr, aq, isa):
+                return
+            conv_pack_panel(b, k2, S, ex[0], pp, slot)
             if aq:  # the panel's codes, in place
-                emit_quantize_panel(b, S, pp, kdim, nr, aq, isa, k2.vw)
+                emit_quantize_panel(b, S, slot, kdim, nr, aq, isa, k2.vw)
 
-        def gemm_items(b, k2, t, ex, _slot):
+        def gemm_items(b, k2, t, ex, slot):
             rb, g_ = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             Aq = b.bitcast(k2.ins[1], I8.as_pointer())
@@ -318,10 +363,10 @@ def k_conv2d_q4(b, k: KernelArgs):
             span = (t, b.add(t, i64(1)))
             if aq:
                 emit_i8a_gemm(b, Aq, b.mul(g_, i64(ocg)), oc, k2.scratch, k2.out, b.mul(rb, i64(p)), p, ocg, p,
-                              kdim, k2.vw, aq, isa, tile_epi, span)
+                              kdim, k2.vw, aq, isa, tile_epi, span, panel_at=slot)
             else:
                 emit_q4a_gemm(b, Aq, b.mul(g_, i64(ocg)), S, k2.out, b.mul(rb, i64(p)), p, ocg, p, kdim, k2.vw,
-                              tile_epi, items=span)
+                              tile_epi, items=span, panel_at=slot)
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
                       [row_base, gi])
     if epi_all is not None and not tile_epilogue:
