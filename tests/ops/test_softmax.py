@@ -35,9 +35,11 @@ def test_softmax_large_logits_are_stable():
     check_torch(lambda x: (F.softmax(x, -1), F.log_softmax(x, -1)), x, atol=1e-4, rtol=RTOL)
 
 
-@pytest.mark.parametrize("shape", [(3, 37), (2, 4, 128), (5, 203)])
+@pytest.mark.parametrize("shape", [(3, 37), (2, 4, 128), (5, 203), (7, 48), (3, 5, 256), (1, 32)])
 def test_softmax_long_rows(shape):
-    """Rows of at least two vectors take the vector max (lanes folded, then the tail).
+    """Rows of at least two vectors take the vector max (lanes folded, then the tail);
+    rows of whole vectors, up to 16 of them, stay in registers two at a time (an odd row
+    count leaves one for last).
     The maxima are large enough that exp() overflows unless they are found: in the last
     element (the tail where n % 16 != 0), at column 17 of every other row, and masked
     (-inf) entries are ignored."""
@@ -46,3 +48,11 @@ def test_softmax_long_rows(shape):
     x.view(-1, shape[-1])[::2, 17] += 300
     x.view(-1, shape[-1])[1::3, :9] = float("-inf")
     check_torch(lambda x: (F.softmax(x, -1), F.log_softmax(x, -1)), x, atol=LOG_ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 64), (2, 12, 8, 128)])
+def test_softmax_rows_in_registers(shape):
+    """Rows of whole vectors held in registers, two at a time: every row's own maximum
+    and sum (logits spread so that rows differ), an odd row count in the first shape."""
+    x = seeded(4, *shape) * 3 + torch.arange(shape[-1]) * 0.05
+    check_torch(lambda x: F.softmax(x, -1), x, atol=ATOL, rtol=RTOL)

@@ -1850,10 +1850,74 @@ def _row_max_vec(b, X, base, n: int, vw: int):
     return _row_reduce_vec(b, X, base, n, vw, float("-inf"), _fmax)
 
 
+# Softmax rows of at most this many vectors are held in registers (one load, one store
+# per element), SOFTMAX_ROWS rows at a time: their reductions (a max and a sum, each a
+# tree over the vectors, then over the lanes) are short dependency chains that the
+# rows' independent work overlaps.
+SOFTMAX_VECTORS = 16
+SOFTMAX_ROWS = 2
+
+
+def _tree(b, vals, op):
+    """op-fold of vals (a list) as a balanced tree."""
+    while len(vals) > 1:
+        vals = [op(b, vals[i], vals[i + 1]) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+    return vals[0]
+
+
+def _lanes_fold(b, v, op):
+    """op-fold of the lanes of vector v, halving: a scalar."""
+    width = v.type.count
+    while width > 1:
+        width //= 2
+        halves = [b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), width),
+                                                      list(range(at, at + width)))) for at in (0, width)]
+        v = op(b, halves[0], halves[1])
+    return b.extract_element(v, ir.Constant(ir.IntType(32), 0))
+
+
+def _softmax_rows_in_registers(b, k2: KernelArgs, r0, count: int, n: int):
+    """Rows r0 .. r0 + count (i64, each n contiguous f32, n a multiple of vw and at most
+    SOFTMAX_VECTORS vectors) of a softmax: loaded once, max, exp of the differences,
+    sum, scaled by its reciprocal, stored once; the rows' steps interleaved."""
+    vw = k2.vw
+    vty = ir.VectorType(F32, vw)
+    exp = get_math(b.module, "exp", vw)
+
+    def ptr(T, r, c):
+        return b.bitcast(b.gep(T, [b.add(b.mul(b.add(r0, i64(r)), i64(n)), i64(c * vw))], inbounds=True),
+                         vty.as_pointer())
+
+    def splat(x):
+        return _splat(b, x, vty)
+    xs = [[b.load(ptr(k2.ins[0], r, c), align=4) for c in range(n // vw)] for r in range(count)]
+    mx = [splat(_lanes_fold(b, _tree(b, row, _fmax), _fmax)) for row in xs]
+    es = [[b.call(exp, [b.fsub(x, m)]) for x in row] for row, m in zip(xs, mx)]
+    sums = [_lanes_fold(b, _tree(b, row, lambda bb, x, y: bb.fadd(x, y)), lambda bb, x, y: bb.fadd(x, y))
+            for row in es]
+    for r, (row, s) in enumerate(zip(es, sums)):
+        inv = splat(b.fdiv(fconst("f32", 1.0), s))
+        for c, e in enumerate(row):
+            b.store(b.fmul(e, inv), ptr(k2.out, r, c), align=4)
+
+
 def k_softmax(b, k: KernelArgs):
     outer, n, inner = _rows(k.out_type.shape, k.attrs["axis"])
     dt = k.out_type.dtype
     log = k.attrs.get("_log", False)
+    if (inner == 1 and dt == "f32" and not log and isinstance(n, int) and isinstance(outer, int)
+            and n % k.vw == 0 and n // k.vw <= SOFTMAX_VECTORS and k.vw > 1):
+        groups, ragged = outer // SOFTMAX_ROWS, outer % SOFTMAX_ROWS
+
+        def rows(b, k2, g):
+            with b.if_else(b.icmp_signed("<", g, i64(groups))) as (whole, rest):
+                with whole:
+                    _softmax_rows_in_registers(b, k2, b.mul(g, i64(SOFTMAX_ROWS)), SOFTMAX_ROWS, n)
+                with rest:
+                    if ragged:
+                        _softmax_rows_in_registers(b, k2, i64(groups * SOFTMAX_ROWS), ragged, n)
+        _rows_parallel(b, k, groups + (1 if ragged else 0), n * SOFTMAX_ROWS, rows)
+        return
 
     def row(b, k2, r):
         X, O = k2.ins[0], k2.out

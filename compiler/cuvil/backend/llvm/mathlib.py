@@ -58,23 +58,33 @@ _ERF_ONE = 4.0  # erf(x) rounds to 1.0f for x >= 3.92
 
 
 class _Emit:
-    """Short names for the float/int builder calls the formulas below need."""
+    """Short names for the float/int builder calls the formulas below need, on f32
+    scalars or on vectors of `lanes` f32 (constants splatted, intrinsics declared for
+    the vector type)."""
 
-    def __init__(self, builder: ir.IRBuilder):
+    def __init__(self, builder: ir.IRBuilder, lanes: int = 1):
         self.b = builder
+        self.fty = F32 if lanes == 1 else ir.VectorType(F32, lanes)
+        self.ity = I32 if lanes == 1 else ir.VectorType(I32, lanes)
+        self.lanes = lanes
         module = builder.module
-        # llvmlite guesses `T f(T)` for intrinsics it does not know: spell them out.
-        self._fmuladd = module.declare_intrinsic("llvm.fmuladd", [F32], ir.FunctionType(F32, [F32] * 3))
-        self._fabs = module.declare_intrinsic("llvm.fabs", [F32])
-        self._copysign = module.declare_intrinsic("llvm.copysign", [F32], ir.FunctionType(F32, [F32] * 2))
+        # the overloaded intrinsics by their full names (llvmlite cannot name a vector
+        # type's overload)
+        t = self.fty
+        suffix = "f32" if lanes == 1 else f"v{lanes}f32"
 
-    @staticmethod
-    def f(value: float) -> ir.Constant:
-        return ir.Constant(F32, value)
+        def declare(name, arity):
+            full = f"{name}.{suffix}"
+            return module.globals.get(full) or ir.Function(module, ir.FunctionType(t, [t] * arity), name=full)
+        self._fmuladd = declare("llvm.fmuladd", 3)
+        self._fabs = declare("llvm.fabs", 1)
+        self._copysign = declare("llvm.copysign", 2)
 
-    @staticmethod
-    def i(value: int) -> ir.Constant:
-        return ir.Constant(I32, value)
+    def f(self, value: float) -> ir.Constant:
+        return ir.Constant(self.fty, value if self.lanes == 1 else [value] * self.lanes)
+
+    def i(self, value: int) -> ir.Constant:
+        return ir.Constant(self.ity, value if self.lanes == 1 else [value] * self.lanes)
 
     def add(self, a, b):
         return self.b.fadd(a, b)
@@ -116,10 +126,10 @@ class _Emit:
         return self.b.fcmp_unordered("uno", x, x)
 
     def to_bits(self, x):
-        return self.b.bitcast(x, I32)
+        return self.b.bitcast(x, self.ity)
 
     def from_bits(self, n):
-        return self.b.bitcast(n, F32)
+        return self.b.bitcast(n, self.fty)
 
 
 def _pow2(e: _Emit, n: ir.Value) -> ir.Value:
@@ -138,7 +148,7 @@ def _exp(e: _Emit, x: ir.Value) -> ir.Value:
     p = e.add(e.muladd(e.mul(r, r), e.poly(r, _EXP_Q), r), e.f(1.0))
     # Scale by 2**n in two steps so n in [-152, 129] neither overflows the
     # exponent field nor skips gradual underflow.
-    n = e.b.fptosi(nf, I32)
+    n = e.b.fptosi(nf, e.ity)
     n_half = e.b.ashr(n, e.i(1))
     y = e.mul(e.mul(p, _pow2(e, n_half)), _pow2(e, e.b.sub(n, n_half)))
     return e.select(e.is_nan(x), x, y)
@@ -161,7 +171,7 @@ def _log(e: _Emit, x: ir.Value) -> ir.Value:
     z = e.mul(s, s)
     big_r = e.mul(z, e.poly(z, _LOG_R))
     hfsq = e.mul(e.mul(f, f), e.f(0.5))
-    dk = e.b.sitofp(k, F32)
+    dk = e.b.sitofp(k, e.fty)
     tail = e.sub(hfsq, e.muladd(s, e.add(hfsq, big_r), e.mul(dk, e.f(_LN2_LO))))
     y = e.muladd(dk, e.f(_LN2_HI), e.sub(f, tail))
     inf = e.f(float("inf"))
@@ -212,22 +222,24 @@ _FORMULAS = {
 NAMES = frozenset(_FORMULAS)
 
 
-def get_math(module: ir.Module, name: str) -> ir.Function:
-    """The scalar `float name(float)` in `module`, defined on first use.
+def get_math(module: ir.Module, name: str, lanes: int = 1) -> ir.Function:
+    """The scalar `float name(float)` in `module` (with `lanes` > 1, the same formula on
+    `<lanes x float>`: for code that holds its values in vectors), defined on first use.
 
     Returns the same function on later calls. The function is internal and
-    alwaysinline; call it from a loop and LLVM vectorises the loop.
+    alwaysinline; call the scalar one from a loop and LLVM vectorises the loop.
     """
     if name not in _FORMULAS:
         raise KeyError(f"no float32 math function {name!r}; have {sorted(NAMES)}")
-    symbol = f"{_PREFIX}{name}f"
+    symbol = f"{_PREFIX}{name}f" + (f".v{lanes}" if lanes > 1 else "")
     existing = module.globals.get(symbol)
     if existing is not None:
         return existing
-    fn = ir.Function(module, ir.FunctionType(F32, [F32]), symbol)
+    ty = F32 if lanes == 1 else ir.VectorType(F32, lanes)
+    fn = ir.Function(module, ir.FunctionType(ty, [ty]), symbol)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    builder.ret(_FORMULAS[name](_Emit(builder), fn.args[0]))
+    builder.ret(_FORMULAS[name](_Emit(builder, lanes), fn.args[0]))
     return fn
