@@ -15,7 +15,7 @@ from cuvil.passes import MemoryPlan, check_plan, default_pipeline, run_pipeline
 from tests.passes.helpers import MODELS, assert_close, captured, random_inputs, reference, run_in_arena
 
 ORDER = ["infer-shapes", "canonicalize", "fold-fake-quant", "constant-fold", "fold-batch-norm", "dce", "fuse-epilogues",
-         "fuse-elementwise", "quantize-weights", "memory-plan"]
+         "fuse-elementwise", "fuse-attention", "quantize-weights", "memory-plan"]
 
 
 def test_default_order_and_pass_form():
@@ -55,7 +55,7 @@ def _programs(module) -> Counter:
     """(op, its program's instruction names, operand count) of each anchor and fused op."""
     out = Counter()
     for op in module.main.body.ops:
-        if op.name in ("cuvil.conv2d", "cuvil.matmul", "cuvil.fused"):
+        if op.name in ("cuvil.conv2d", "cuvil.matmul", "cuvil.fused", "cuvil.attention"):
             program = op.attrs.get("post") or op.attrs.get("program") or []
             out[(op.name, " ".join(i[0] for i in program), len(op.operands))] += 1
     return out
@@ -94,7 +94,7 @@ EXPECTED = {
     "bert": {
         ("cuvil.matmul", "add", 3): 12,           # q, k, v projections
         ("cuvil.matmul", "mul add", 4): 4,        # scores * scale + mask
-        ("cuvil.matmul", "", 2): 4,               # probs @ v
+        ("cuvil.matmul", "", 2): 4,               # probs @ v (score matrices this small are not fused)
         ("cuvil.matmul", "add add", 4): 8,        # output projections + residual
         ("cuvil.matmul", "add gelu", 3): 4,       # feed-forward in
         ("cuvil.fused", "add", 2): 1,             # embeddings: tokens + (positions + types folded)

@@ -12,6 +12,7 @@ from .constant_fold import ConstantFold
 from .dce import DeadCodeElimination
 from .fold_batch_norm import FoldBatchNorm
 from .fold_fake_quant import FoldFakeQuant
+from .fuse_attention import FuseAttention
 from .fuse_elementwise import FuseElementwise
 from .fuse_epilogues import FuseEpilogues
 from .infer_shapes import InferShapes
@@ -32,6 +33,7 @@ def default_pipeline(**options) -> list[Pass]:
         DeadCodeElimination(),   # drop what the rewrites left unused, old weights included
         FuseEpilogues(),         # bias / residual / activation chains into conv2d and matmul
         FuseElementwise(),       # every other elementwise chain into cuvil.fused loops
+        FuseAttention(),         # matmul -> softmax -> matmul: one attention op (no score matrix)
         QuantizeWeights(),       # conv/matmul weights in a narrower type (quantization option)
         MemoryPlan(),            # arena offsets for all intermediates (liveness, aliases, in place)
     ]

@@ -6,7 +6,7 @@ the inner loops run over contiguous memory so LLVM's vectoriser widens them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 
 import numpy as np
@@ -20,7 +20,7 @@ from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, co
                    VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
                    store)
 from .gemm import (_splat, blocked_gemm, emit_round_run, round_bf16, emit_gemm, emit_gemm_blocked, emit_gemm_packed, emit_gemm_panel,
-                   emit_pack_b, pack_b, packed_work_items, panel_width, row_blocks)
+                   emit_pack_b, micro_shape, pack_b, packed_work_items, panel_width, row_blocks)
 from .loops import alloca_in_entry, for_range
 from .mathlib import get_math
 
@@ -1876,11 +1876,16 @@ def _lanes_fold(b, v, op):
     return b.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
 
-def _softmax_rows_in_registers(b, k2: KernelArgs, r0, count: int, n: int):
-    """Rows r0 .. r0 + count (i64, each n contiguous f32, n a multiple of vw and at most
-    SOFTMAX_VECTORS vectors) of a softmax: loaded once, max, exp of the differences,
-    sum, scaled by its reciprocal, stored once; the rows' steps interleaved."""
-    vw = k2.vw
+def _softmax_in_registers(n, vw: int) -> bool:
+    """Whether softmax rows of n f32 stay in registers (_softmax_rows_in_registers)."""
+    return isinstance(n, int) and vw > 1 and n % vw == 0 and 0 < n // vw <= SOFTMAX_VECTORS
+
+
+def _softmax_rows_in_registers(b, X, O, vw: int, r0, count: int, n: int):
+    """Rows r0 .. r0 + count (i64, each n contiguous f32 of X, n a multiple of vw and at
+    most SOFTMAX_VECTORS vectors) of a softmax into the same rows of O (may be X):
+    loaded once, max, exp of the differences, sum, scaled by its reciprocal, stored
+    once; the rows' steps interleaved."""
     vty = ir.VectorType(F32, vw)
     exp = get_math(b.module, "exp", vw)
 
@@ -1890,7 +1895,7 @@ def _softmax_rows_in_registers(b, k2: KernelArgs, r0, count: int, n: int):
 
     def splat(x):
         return _splat(b, x, vty)
-    xs = [[b.load(ptr(k2.ins[0], r, c), align=4) for c in range(n // vw)] for r in range(count)]
+    xs = [[b.load(ptr(X, r, c), align=4) for c in range(n // vw)] for r in range(count)]
     mx = [splat(_lanes_fold(b, _tree(b, row, _fmax), _fmax)) for row in xs]
     es = [[b.call(exp, [b.fsub(x, m)]) for x in row] for row, m in zip(xs, mx)]
     sums = [_lanes_fold(b, _tree(b, row, lambda bb, x, y: bb.fadd(x, y)), lambda bb, x, y: bb.fadd(x, y))
@@ -1898,54 +1903,121 @@ def _softmax_rows_in_registers(b, k2: KernelArgs, r0, count: int, n: int):
     for r, (row, s) in enumerate(zip(es, sums)):
         inv = splat(b.fdiv(fconst("f32", 1.0), s))
         for c, e in enumerate(row):
-            b.store(b.fmul(e, inv), ptr(k2.out, r, c), align=4)
+            b.store(b.fmul(e, inv), ptr(O, r, c), align=4)
 
 
 def k_softmax(b, k: KernelArgs):
     outer, n, inner = _rows(k.out_type.shape, k.attrs["axis"])
     dt = k.out_type.dtype
     log = k.attrs.get("_log", False)
-    if (inner == 1 and dt == "f32" and not log and isinstance(n, int) and isinstance(outer, int)
-            and n % k.vw == 0 and n // k.vw <= SOFTMAX_VECTORS and k.vw > 1):
+    if inner == 1 and dt == "f32" and not log and isinstance(outer, int) and _softmax_in_registers(n, k.vw):
         groups, ragged = outer // SOFTMAX_ROWS, outer % SOFTMAX_ROWS
 
         def rows(b, k2, g):
             with b.if_else(b.icmp_signed("<", g, i64(groups))) as (whole, rest):
                 with whole:
-                    _softmax_rows_in_registers(b, k2, b.mul(g, i64(SOFTMAX_ROWS)), SOFTMAX_ROWS, n)
+                    _softmax_rows_in_registers(b, k2.ins[0], k2.out, k2.vw, b.mul(g, i64(SOFTMAX_ROWS)),
+                                               SOFTMAX_ROWS, n)
                 with rest:
                     if ragged:
-                        _softmax_rows_in_registers(b, k2, i64(groups * SOFTMAX_ROWS), ragged, n)
+                        _softmax_rows_in_registers(b, k2.ins[0], k2.out, k2.vw, i64(groups * SOFTMAX_ROWS), ragged, n)
         _rows_parallel(b, k, groups + (1 if ragged else 0), n * SOFTMAX_ROWS, rows)
         return
+    _rows_parallel(b, k, outer * inner, n, lambda b, k2, r: _softmax_row(b, k2.ins[0], k2.out, k2.vw, r, n, inner,
+                                                                           dt, log))
 
-    def row(b, k2, r):
-        X, O = k2.ins[0], k2.out
-        exp = lambda v: b.call(get_math(b.module, "exp"), [v])  # noqa: E731
-        base = b.add(b.mul(b.sdiv(r, i64(inner)), i64(n * inner)), b.srem(r, i64(inner)))
-        at = lambda j: b.add(base, b.mul(j, i64(inner)))  # noqa: E731
-        if inner == 1 and dt == "f32" and isinstance(n, int) and n >= 2 * k2.vw:
-            mx = _row_max_vec(b, X, base, n, k2.vw)
+
+def _softmax_row(b, X, O, vw: int, r, n, inner, dt, log: bool):
+    """Softmax (or log-softmax) row r (i64) of X into O: n values `inner` apart."""
+    exp = lambda v: b.call(get_math(b.module, "exp"), [v])  # noqa: E731
+    base = b.add(b.mul(b.sdiv(r, i64(inner)), i64(n * inner)), b.srem(r, i64(inner)))
+    at = lambda j: b.add(base, b.mul(j, i64(inner)))  # noqa: E731
+    if inner == 1 and dt == "f32" and isinstance(n, int) and n >= 2 * vw:
+        mx = _row_max_vec(b, X, base, n, vw)
+    else:
+        mx = _reduce_loop(b, n, fconst(dt, -np.inf), lambda bb, a, j: _fmax(
+            bb, a, load(bb, X, at(j), dt)), "m")
+    if log:
+        s = _reduce_loop(b, n, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(
+            a, exp(bb.fsub(load(bb, X, at(j), dt), mx)), flags=REDUCE), "s")
+        lse = b.fadd(mx, b.call(get_math(b.module, "log"), [s]))
+        with for_range(b, n, name="w") as j:
+            store(b, b.fsub(load(b, X, at(j), dt), lse), O, at(j), dt)
+    else:
+        # exp into O, then the sum of O: two plain loops (measured ~10% faster than
+        # exp, store and sum in one, on 512-wide rows)
+        with for_range(b, n, name="e") as j:
+            store(b, exp(b.fsub(load(b, X, at(j), dt), mx)), O, at(j), dt)
+        s = _reduce_loop(b, n, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(a, load(bb, O, at(j), dt),
+                                                                          flags=REDUCE), "s")
+        inv = b.fdiv(fconst(dt, 1.0), s)
+        with for_range(b, n, name="w") as j:
+            store(b, b.fmul(load(b, O, at(j), dt), inv), O, at(j), dt)
+
+
+# The fused attention's stack buffer of scores (each thread's block of query rows, at
+# most a micro-tile's height of them), small enough for any thread's stack (wasm's 1 MiB
+# included): long key sequences take fewer rows a block.
+ATTENTION_BUF_BYTES = 32 << 10
+
+
+def k_attention(b, k: KernelArgs):
+    """cuvil.attention per (batch, block of R query rows): scores = q @ kt into a stack
+    buffer (emit_gemm), the scores' program applied to it in vectors, softmax of its rows
+    in place (in registers where they fit), then out rows = buffer @ v: the score matrix
+    is never written out, and each block's scores stay in L1."""
+    from ...ir.ops.nn import Attention
+    qt, ktt, vt = k.in_types[:3]
+    s_len, d = qt.shape[-2:]
+    sk, dv = ktt.shape[-1], vt.shape[-1]
+    batch = prod(qt.shape[:-2])
+    vw = k.vw
+    rows_max = max(1, min(micro_shape(vw)[0], s_len, ATTENTION_BUF_BYTES // (4 * sk)))
+    blocks = -(-s_len // rows_max)
+    scores_t = Attention.scores_type(k.in_types)
+    vty = ir.VectorType(F32, vw)
+
+    def item(b, k2, t, _):
+        bi, blk = b.sdiv(t, i64(blocks)), b.srem(t, i64(blocks))
+        slot = alloca_in_entry(b, ir.ArrayType(F32, rows_max * sk))
+        slot.align = 64
+        buf = b.bitcast(slot, F32.as_pointer())
+        epi = _row_epilogue(replace(k2, out_type=scores_t), 3, scores_t.rank - 1)
+        if epi is not None and not hasattr(epi, "apply"):
+            raise BackendError("cuvil.attention: the scores' program does not run on vectors")
+
+        def rows_of(r0, rows: int):
+            grow = b.add(b.mul(bi, i64(s_len)), r0)  # the block's first row of q / of the scores
+            emit_gemm(b, k2.ins[0], b.mul(grow, i64(d)), d, k2.ins[1], b.mul(bi, i64(d * sk)), sk, buf, i64(0), sk,
+                      rows, sk, d, vw, F32)
+            if epi is not None:
+                for r in range(rows):
+                    for c in range(0, sk - sk % vw, vw):
+                        ptr = b.bitcast(b.gep(buf, [i64(r * sk + c)], inbounds=True), vty.as_pointer())
+                        b.store(epi.apply(b, b.add(grow, i64(r)), i64(c), b.load(ptr, align=4)), ptr, align=4)
+                    for c in range(sk - sk % vw, sk):  # the tail, as one-lane vectors
+                        one = ir.VectorType(F32, 1)
+                        ptr = b.bitcast(b.gep(buf, [i64(r * sk + c)], inbounds=True), one.as_pointer())
+                        b.store(epi.apply(b, b.add(grow, i64(r)), i64(c), b.load(ptr, align=4)), ptr, align=4)
+            if _softmax_in_registers(sk, vw):
+                for r in range(0, rows, SOFTMAX_ROWS):
+                    _softmax_rows_in_registers(b, buf, buf, vw, i64(r), min(SOFTMAX_ROWS, rows - r), sk)
+            else:
+                with for_range(b, rows, name="sr") as r:
+                    _softmax_row(b, buf, buf, vw, r, sk, 1, "f32", False)
+            emit_gemm(b, buf, i64(0), sk, k2.ins[2], b.mul(bi, i64(sk * dv)), dv, k2.out, b.mul(grow, i64(dv)), dv,
+                      rows, dv, sk, vw, F32)
+
+        last = s_len - (blocks - 1) * rows_max
+        if last == rows_max:
+            rows_of(b.mul(blk, i64(rows_max)), rows_max)
         else:
-            mx = _reduce_loop(b, n, fconst(dt, -np.inf), lambda bb, a, j: _fmax(
-                bb, a, load(bb, X, at(j), dt)), "m")
-        if log:
-            s = _reduce_loop(b, n, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(
-                a, exp(bb.fsub(load(bb, X, at(j), dt), mx)), flags=REDUCE), "s")
-            lse = b.fadd(mx, b.call(get_math(b.module, "log"), [s]))
-            with for_range(b, n, name="w") as j:
-                store(b, b.fsub(load(b, X, at(j), dt), lse), O, at(j), dt)
-        else:
-            # exp into O, then the sum of O: two plain loops (measured ~10% faster than
-            # exp, store and sum in one, on 512-wide rows)
-            with for_range(b, n, name="e") as j:
-                store(b, exp(b.fsub(load(b, X, at(j), dt), mx)), O, at(j), dt)
-            s = _reduce_loop(b, n, fconst(dt, 0.0), lambda bb, a, j: bb.fadd(a, load(bb, O, at(j), dt),
-                                                                              flags=REDUCE), "s")
-            inv = b.fdiv(fconst(dt, 1.0), s)
-            with for_range(b, n, name="w") as j:
-                store(b, b.fmul(load(b, O, at(j), dt), inv), O, at(j), dt)
-    _rows_parallel(b, k, outer * inner, n, row)
+            with b.if_else(b.icmp_signed("<", blk, i64(blocks - 1))) as (whole, short):
+                with whole:
+                    rows_of(b.mul(blk, i64(rows_max)), rows_max)
+                with short:
+                    rows_of(i64((blocks - 1) * rows_max), last)
+    parallel(b, k, batch * blocks, item)
 
 
 def k_log_softmax(b, k: KernelArgs):
@@ -2192,6 +2264,7 @@ EMITTERS = {
     "cuvil.avg_pool2d": k_avg_pool2d,
     "cuvil.adaptive_avg_pool2d": k_adaptive_avg_pool2d,
     "cuvil.softmax": k_softmax,
+    "cuvil.attention": k_attention,
     "cuvil.log_softmax": k_log_softmax,
     "cuvil.layer_norm": k_layer_norm,
     "cuvil.batch_norm": k_batch_norm,

@@ -362,5 +362,39 @@ class Resize(Op):
         return [out.astype(args[0].dtype)]
 
 
+class Attention(Op):
+    """softmax(q @ kt, last axis) @ v in one op (passes/fuse_attention.py), the score
+    matrix never stored: q [..., S, D], kt [..., D, Sk], v [..., Sk, Dv] (the same
+    leading dims), then the extra operands of `post`, the program applied to the scores
+    (a scale, a mask) as a matmul's epilogue. Result [..., S, Dv]."""
+    name = "cuvil.attention"
+
+    @classmethod
+    def infer_types(cls, types, attrs):
+        if len(types) < 3:
+            raise VerifyError("cuvil.attention takes q, kt, v and the post program's operands")
+        q, kt, v = types[:3]
+        if not (q.rank == kt.rank == v.rank >= 2) or not (q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
+            raise VerifyError(f"cuvil.attention needs operands of one rank and the same leading dims, got {q}, {kt}, {v}")
+        if not q.dtype == kt.dtype == v.dtype == "f32":
+            raise VerifyError(f"cuvil.attention works in f32, got {q.dtype}, {kt.dtype}, {v.dtype}")
+        if q.shape[-1] != kt.shape[-2] or kt.shape[-1] != v.shape[-2]:
+            raise VerifyError(f"cuvil.attention: contraction dims differ in {q}, {kt}, {v}")
+        _infer_post(cls.name, cls.scores_type(types), list(types[3:]), attrs)
+        return [TensorType((*q.shape[:-1], v.shape[-1]), "f32")]
+
+    @staticmethod
+    def scores_type(types) -> TensorType:
+        q, kt = types[:2]
+        return TensorType((*q.shape[:-1], kt.shape[-1]), "f32")
+
+    @classmethod
+    def reference(cls, args, attrs):
+        q, kt, v = args[:3]
+        scores = MatMul.reference([q, kt, *args[3:]], {"post": attrs.get("post") or []})[0]
+        probs = Softmax.reference([scores], {"axis": scores.ndim - 1})[0]
+        return MatMul.reference([probs, v], {})
+
+
 # Ops whose results elementwise epilogues fuse into.
 ANCHORS = frozenset({"cuvil.matmul", "cuvil.conv2d"})
