@@ -93,3 +93,28 @@ def test_slice_any(shape, data):
     step = data.draw(st.integers(1, 3), label="step")
     index = (slice(None),) * dim + (slice(start, stop, step),)
     check_torch(lambda x: x[index] * 1, seeded(n, *shape), **EXACT, name=f"x[{index}]")
+
+
+@pytest.mark.parametrize("shape, perm", [
+    ((2, 128, 12, 32), (0, 2, 1, 3)),   # attention heads: rows of 32 kept, whole vectors
+    ((2, 128, 12, 32), (0, 2, 3, 1)),   # keys transposed: 16 x 16 blocks through registers
+    ((3, 37, 5), (1, 0, 2)),            # rows smaller than two vectors... a lane tail at 512 bits
+    ((4, 3, 290), (1, 0, 2)),           # long rows: a loop of vectors and a scalar tail
+    ((48, 64), (1, 0)),                 # a plain 2-D transpose in blocks
+    ((2, 40, 24), (0, 2, 1)),           # 24 is no multiple of 16: element by element
+])
+def test_transposes_of_rows_and_blocks(shape, perm):
+    """Transposes that keep the last dim copy rows in vectors; those that turn the input's
+    rows into the output's columns go vw x vw blocks at a time through registers. One and
+    two threads give the same bits as torch."""
+    import cuvil
+    x = seeded(30, *shape)
+    fn = lambda x: x.permute(*perm) * 1.0  # noqa: E731  (a copy, not a view)
+    check_torch(fn, x, **EXACT)
+
+    class _M(torch.nn.Module):
+        def forward(self, x):
+            return fn(x)
+    for threads in (1, 2):
+        got = cuvil.compile(_M(), (x,), threads=threads)(x.numpy())[0]
+        torch.testing.assert_close(torch.from_numpy(got), fn(x), rtol=0, atol=0)

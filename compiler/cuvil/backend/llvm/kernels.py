@@ -2134,12 +2134,77 @@ def k_copy(b, k: KernelArgs):  # reshape (when not aliased) and identity copies
     _copy(b, k.out, k.out_type.dtype, [n], [1], 0, k.ins[0], [1], 0)
 
 
+def _parallel_ranges(b, k: KernelArgs, count: int, elements: int, body):
+    """body(b, k2, (begin, end)) over [0, count) split across the threads in contiguous
+    ranges, or serially where the op moves fewer than PARALLEL_MIN_ELEMENTS values."""
+    if elements < PARALLEL_MIN_ELEMENTS:
+        body(b, k, (i64(0), i64(count)))
+        return
+    parallel(b, k, count, lambda bb, k2, rng, _: body(bb, k2, rng), ranges=True)
+
+
+def _transpose_rows(b, k: KernelArgs, shape, strides):
+    """A transpose that keeps the last dim: rows of shape[-1] contiguous values on both
+    sides, copied a vector at a time (loads and stores of whole vectors, a scalar tail)."""
+    n, vw = shape[-1], k.vw
+    vty = ir.VectorType(F32, vw)
+
+    def body(b, k2, rng):
+        with for_range(b, rng[1], start=rng[0], name="tr") as r:
+            oo, io = flat_offsets(b, r, shape[:-1], [st[:-1] for st in strides])
+
+            def vec(c):
+                src = b.bitcast(b.gep(k2.ins[0], [b.add(io, c)], inbounds=True), vty.as_pointer())
+                b.store(b.load(src, align=4), b.bitcast(b.gep(k2.out, [b.add(oo, c)], inbounds=True),
+                                                        vty.as_pointer()), align=4)
+            if n // vw <= 8:
+                for c in range(0, n - n % vw, vw):
+                    vec(i64(c))
+            else:
+                with for_range(b, n // vw, name="tc") as c:
+                    vec(b.mul(c, i64(vw)))
+            for c in range(n - n % vw, n):
+                store(b, load(b, k2.ins[0], b.add(io, i64(c)), "f32"), k2.out, b.add(oo, i64(c)), "f32")
+    _parallel_ranges(b, k, prod(shape[:-1]), prod(shape), body)
+
+
+def _transpose_blocks(b, k: KernelArgs, shape, strides):
+    """A transpose whose input's last dim becomes the output's next-to-last (and the
+    output's last one is strided in the input), both multiples of vw: vw x vw blocks,
+    vw vectors loaded along the input's rows, transposed in registers, stored along the
+    output's."""
+    vw = k.vw
+    vty = ir.VectorType(F32, vw)
+    rows, cols = shape[-2] // vw, shape[-1] // vw
+    outer = shape[:-2]
+    in_col = strides[1][-1]  # input stride of the output's last dim
+
+    def body(b, k2, rng):
+        with for_range(b, rng[1], start=rng[0], name="tb") as t:
+            blk, o = b.srem(t, i64(rows * cols)), b.sdiv(t, i64(rows * cols))
+            oo, io = flat_offsets(b, o, outer, [st[:-2] for st in strides]) if outer else (i64(0), i64(0))
+            i0, j0 = b.mul(b.sdiv(blk, i64(cols)), i64(vw)), b.mul(b.srem(blk, i64(cols)), i64(vw))
+            src0 = b.add(b.add(io, i0), b.mul(j0, i64(in_col)))
+            got = [b.load(b.bitcast(b.gep(k2.ins[0], [b.add(src0, i64(jj * in_col))], inbounds=True),
+                                    vty.as_pointer()), align=4) for jj in range(vw)]
+            dst0 = b.add(b.add(oo, b.mul(i0, i64(shape[-1]))), j0)
+            for ii, v in enumerate(_vector_transpose(b, got)):
+                b.store(v, b.bitcast(b.gep(k2.out, [b.add(dst0, i64(ii * shape[-1]))], inbounds=True),
+                                     vty.as_pointer()), align=4)
+    _parallel_ranges(b, k, prod(outer) * rows * cols, prod(shape), body)
+
+
 def k_transpose(b, k: KernelArgs):
     xt = k.in_types[0]
     xs = contiguous_strides(xt.shape)
     perm = k.attrs["perm"]
     shape = list(k.out_type.shape)
     strides = [contiguous_strides(shape), [xs[p] for p in perm]]
+    if xt.dtype == "f32" and k.vw > 1 and len(shape) >= 2 and all(isinstance(d, int) for d in shape):
+        if perm[-1] == len(shape) - 1 and shape[-1] >= k.vw:
+            return _transpose_rows(b, k, shape, strides)
+        if perm[-2] == len(shape) - 1 and shape[-1] % k.vw == 0 and shape[-2] % k.vw == 0:
+            return _transpose_blocks(b, k, shape, strides)
     split = _outer_split(shape)
     if not split:
         _copy(b, k.out, xt.dtype, shape, strides[0], 0, k.ins[0], strides[1], 0)
