@@ -27,4 +27,5 @@ from .memory_plan import MemoryPlan, check_plan  # noqa: E402
 from .pipeline import default_pipeline, run_pipeline  # noqa: E402
 
 __all__ = ["Pass", "InferShapes", "Canonicalize", "ConstantFold", "FoldBatchNorm", "DeadCodeElimination",
-           "FuseEpilogues", "FuseElementwise", "FuseAttention", "MemoryPlan", "check_plan", "default_pipeline", "run_pipeline"]
+           "FuseEpilogues", "FuseElementwise", "FuseAttention", "MemoryPlan", "check_plan", "default_pipeline",
+           "run_pipeline"]

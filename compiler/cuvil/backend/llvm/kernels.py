@@ -953,11 +953,12 @@ def _padded_base(b, k2: KernelArgs):
 def padded_reader(b, k2: KernelArgs, panel):
     """The loads of panel `panel`'s im2col columns from the padded input copy:
     read(b, tap, v) -> vector v (<vw x f32>) of the im2col row whose first tap is
-    element `tap` of the copy (ic * hp + ky) * sw * wq + kx % sw * wq + kx // sw. The vw columns of each vector span at most
-    `segs` output rows y; the lanes of row y read consecutive elements of the copy (row
-    sh*y + ky, phase kx % sw, from x + kx // sw), so each (vector, row) is one unaligned
-    load at an offset fixed for the panel, and the rows' lanes are blended by masks
-    computed here, once per panel. Columns past the last are zero."""
+    element `tap` of the copy, (ic * hp + ky) * sw * wq + kx % sw * wq + kx // sw. The vw
+    columns of each vector span at most `segs` output rows y; the lanes of row y read
+    consecutive elements of the copy (row sh*y + ky, phase kx % sw, from x + kx // sw),
+    so each (vector, row) is one unaligned load at an offset fixed for the panel, and the
+    rows' lanes are blended by masks computed here, once per panel. Columns past the
+    last are zero."""
     xt, wt = k2.in_types[:2]
     _, _, oh, ow = k2.out_type.shape
     hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)

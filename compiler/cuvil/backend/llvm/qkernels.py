@@ -252,8 +252,8 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     """A bf16 conv as C^T[P, OC] = im2col^T @ W^T (kernels.k_conv2d_transposed's form),
     per image: im2col^T's K rows of P (padded to whole panels; a 1x1 conv reads its input
     planes) become [Kg][P'][2] codes, a panel of columns per work item (im2col_codes;
-    without a padded copy, in place after the f32 pack); the bf16 GEMM (emit_i8b_gemm) multiplies them by the weight's W^T
-    panels (qgemm8.bf16_blob, packed). Each tile is transposed in registers into the
+    without a padded copy, in place after the f32 pack); the bf16 GEMM (emit_i8b_gemm)
+    multiplies them by the weight's W^T panels (qgemm8.bf16_blob, packed). Each tile is transposed in registers into the
     NCHW result, with an epilogue that runs in registers; another epilogue (a residual)
     has the tiles go to C^T in scratch, transposed into the result with it afterwards.
     The weight streams once per call, spread over the threads' output-channel panels,
@@ -271,7 +271,7 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     def codes_at(b, k2, col):  # group row 0's position col of the codes, over the f32 rows
         return b.bitcast(b.gep(scratch(b, k2), [col], inbounds=True), I16.as_pointer())
 
-    def pack(b, k2, pp, ex):  # panel pp's columns of every row, then their codes in place
+    def pack(b, k2, pp, ex):  # panel pp's columns of every row as codes
         col = b.mul(pp, i64(nr))
         if im2col_codes(b, k2, pp, codes_at(b, k2, col), ldk, aq, isa):
             return

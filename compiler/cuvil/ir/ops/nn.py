@@ -375,7 +375,8 @@ class Attention(Op):
             raise VerifyError("cuvil.attention takes q, kt, v and the post program's operands")
         q, kt, v = types[:3]
         if not (q.rank == kt.rank == v.rank >= 2) or not (q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
-            raise VerifyError(f"cuvil.attention needs operands of one rank and the same leading dims, got {q}, {kt}, {v}")
+            raise VerifyError("cuvil.attention needs operands of one rank and the same leading dims, "
+                              f"got {q}, {kt}, {v}")
         if not q.dtype == kt.dtype == v.dtype == "f32":
             raise VerifyError(f"cuvil.attention works in f32, got {q.dtype}, {kt.dtype}, {v.dtype}")
         if q.shape[-1] != kt.shape[-2] or kt.shape[-1] != v.shape[-2]:
