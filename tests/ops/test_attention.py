@@ -125,3 +125,25 @@ def test_attention_is_not_fused_where_the_scores_or_probabilities_are_used_again
         check_torch(fn, q, k, v, atol=ATOL, rtol=RTOL)
         names, _ = _op_names(fn, q, k, v)
         assert "cuvil.attention" not in names and "cuvil.softmax" in names, fn.__name__
+
+
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
+def test_fused_attention_and_head_transposes_at_every_vector_width(fuse_any_size, vector_bits):
+    """The fused kernel and the vector transposes (rows, and blocks of the width's lanes)
+    against the interpreter on the same IR with 4-, 8- and 16-lane vectors."""
+    from cuvil.api import _to_ir
+    from cuvil.ir import interpreter
+    from cuvil.passes import run_pipeline
+    from tests.quant.helpers import run_native
+
+    def heads(q, k, v, m):  # [1, S, 3 * 16] -> heads, attention, back
+        q, k, v = (x.view(1, x.shape[1], 2, 16).transpose(1, 2) for x in (q, k, v))
+        out = torch.softmax(q @ k.transpose(-1, -2) * 0.3 + m, -1) @ v
+        return out.transpose(1, 2).reshape(1, -1, 32), k.transpose(-1, -2) * 1.0
+    xs = (seeded(26, 1, 37, 32), seeded(27, 1, 48, 32), seeded(28, 1, 48, 32), seeded(29, 1, 1, 1, 48))
+    module = run_pipeline(_to_ir(_Module(heads), xs))
+    names = [op.name for op in module.main.body.ops]
+    assert "cuvil.attention" in names and names.count("cuvil.transpose") >= 3
+    arrays = [x.numpy() for x in xs]
+    for got, ref in zip(run_native(module, arrays, vector_bits), interpreter.run(module, arrays)):
+        np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
