@@ -191,7 +191,7 @@ def test_conv2d_geometry(g):
     check_torch(module, seeded(g["seed"], g["batch"], g["cin"], *g["hw"]), atol=ATOL, rtol=RTOL)
 
 
-@pytest.mark.parametrize("budget", [4096, 1 << 20], ids=["many-k-blocks", "default"])
+@pytest.mark.parametrize("budget", [4096, 1 << 19], ids=["many-k-blocks", "default"])
 def test_transposed_conv_k_blocks(monkeypatch, budget):
     """The transposed conv's GEMM runs K in blocks (gemm.k_blocks), later blocks adding
     to C^T: a tiny budget splits K = 288 into 5 uneven blocks; a real one keeps 1."""
