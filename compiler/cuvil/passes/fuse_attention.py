@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..backend.llvm.emit import VECTOR_FLOAT_OPS
 from ..ir import Module, Op
-from .rewrite import add_op, replace_op, single_user
+from .rewrite import add_op, erase_if_dead, replace_op, single_user
 
 
 # Smaller score matrices stay in L2 between the unfused ops, whose packed GEMMs are the
@@ -53,13 +53,12 @@ def fuse(scores_op: Op) -> Op | None:
     if not (q.type.rank == kt.type.rank == v.type.rank) or not (q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]):
         return None
     post = scores_op.attrs.get("post") or []
-    if any(v.dtype != "f32" for v in scores_op.operands[2:]) or any(step[0] not in VECTOR_FLOAT_OPS for step in post):
+    if any(x.dtype != "f32" for x in scores_op.operands[2:]) or any(step[0] not in VECTOR_FLOAT_OPS for step in post):
         return None
     attrs = {"post": post} if post else {}
     new = add_op(out.parent, out, "cuvil.attention", [q, kt, v, *scores_op.operands[2:]], attrs, out.loc)
     replace_op(out, [new.result])
-    soft.parent.erase(soft)
-    scores_op.parent.erase(scores_op)
+    erase_if_dead(soft)  # and the scores' matmul with it
     return new
 
 

@@ -408,6 +408,13 @@ def padded_input(x: TensorType, w: TensorType, out: TensorType, attrs):
     return x.shape[2] + pt + pb, sw, -(-(x.shape[3] + pl + pr) // sw)
 
 
+def padded_column(padded, kx: int) -> int:
+    """Where tap column kx starts in a row of the padded copy (padded_input's (hp, sw,
+    wq)): its phase's run of columns, then its offset in that run."""
+    _, sw, wq = padded
+    return kx % sw * wq + kx // sw
+
+
 def _im2col_bytes(x: TensorType, w: TensorType, out: TensorType) -> int:
     """The packed im2col panels' share of a GEMM conv's scratch (64-byte multiple)."""
     _, icg, kh, kw = w.shape
@@ -953,7 +960,7 @@ def _padded_base(b, k2: KernelArgs):
 def padded_reader(b, k2: KernelArgs, panel):
     """The loads of panel `panel`'s im2col columns from the padded input copy:
     read(b, tap, v) -> vector v (<vw x f32>) of the im2col row whose first tap is
-    element `tap` of the copy, (ic * hp + ky) * sw * wq + kx % sw * wq + kx // sw. The vw
+    element `tap` of the copy, (ic * hp + ky) * sw * wq + padded_column(kx). The vw
     columns of each vector span at most `segs` output rows y; the lanes of row y read
     consecutive elements of the copy (row sh*y + ky, phase kx % sw, from x + kx // sw),
     so each (vector, row) is one unaligned load at an offset fixed for the panel, and the
@@ -1003,7 +1010,7 @@ def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
     (padded_reader). `pitches` and `ic` as in _im2col_packed."""
     xt, wt = k2.in_types[:2]
     _, icg, kh, kw = wt.shape
-    hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
+    padded = hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
     pitch = sw * wq
     vw, nr = k2.vw, panel_width(k2.vw)
     kdim = icg * kh * kw
@@ -1018,7 +1025,7 @@ def _im2col_padded(b, k2: KernelArgs, S, panel, pitches=None, ic=None):
             r0 = b.add(b.mul(ic, i64(kh * kw)), b.mul(ky, i64(kw)))
             for kx in range(kw):
                 dst = b.add(dst0, b.mul(b.add(r0, i64(kx)), i64(row_pitch)))
-                tap = b.add(tap0, i64(kx % sw * wq + kx // sw))
+                tap = b.add(tap0, i64(padded_column(padded, kx)))
                 for v in range(nr // vw):
                     b.store(read(b, tap, v),
                             b.bitcast(b.gep(S, [b.add(dst, i64(v * vw))], inbounds=True), vty.as_pointer()), align=4)
@@ -1833,14 +1840,7 @@ def _row_reduce_vec(b, X, base, n: int, vw: int, identity: float, op):
     with for_range(b, n // vw, name="mv") as c:
         v = b.load(b.bitcast(b.gep(X, [b.add(base, b.mul(c, i64(vw)))], inbounds=True), vty.as_pointer()), align=4)
         b.store(op(b, b.load(acc), v), acc)
-    lanes = b.load(acc)
-    width = vw
-    while width > 1:
-        width //= 2
-        halves = [b.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(ir.IntType(32), width),
-                                                              list(range(at, at + width)))) for at in (0, width)]
-        lanes = op(b, halves[0], halves[1])
-    m = b.extract_element(lanes, ir.Constant(ir.IntType(32), 0))
+    m = _lanes_fold(b, b.load(acc), op)
     for j in range(n // vw * vw, n):
         m = op(b, m, load(b, X, b.add(base, i64(j)), "f32"))
     return m
@@ -1894,15 +1894,14 @@ def _softmax_rows_in_registers(b, X, O, vw: int, r0, count: int, n: int):
         return b.bitcast(b.gep(T, [b.add(b.mul(b.add(r0, i64(r)), i64(n)), i64(c * vw))], inbounds=True),
                          vty.as_pointer())
 
-    def splat(x):
-        return _splat(b, x, vty)
+    def add(bb, x, y):
+        return bb.fadd(x, y)
     xs = [[b.load(ptr(X, r, c), align=4) for c in range(n // vw)] for r in range(count)]
-    mx = [splat(_lanes_fold(b, _tree(b, row, _fmax), _fmax)) for row in xs]
+    mx = [_splat(b, _lanes_fold(b, _tree(b, row, _fmax), _fmax), vty) for row in xs]
     es = [[b.call(exp, [b.fsub(x, m)]) for x in row] for row, m in zip(xs, mx)]
-    sums = [_lanes_fold(b, _tree(b, row, lambda bb, x, y: bb.fadd(x, y)), lambda bb, x, y: bb.fadd(x, y))
-            for row in es]
+    sums = [_lanes_fold(b, _tree(b, row, add), add) for row in es]
     for r, (row, s) in enumerate(zip(es, sums)):
-        inv = splat(b.fdiv(fconst("f32", 1.0), s))
+        inv = _splat(b, b.fdiv(fconst("f32", 1.0), s), vty)
         for c, e in enumerate(row):
             b.store(b.fmul(e, inv), ptr(O, r, c), align=4)
 
@@ -1915,13 +1914,16 @@ def k_softmax(b, k: KernelArgs):
         groups, ragged = outer // SOFTMAX_ROWS, outer % SOFTMAX_ROWS
 
         def rows(b, k2, g):
+            def run(r0, count):
+                _softmax_rows_in_registers(b, k2.ins[0], k2.out, k2.vw, r0, count, n)
+            if not ragged:
+                run(b.mul(g, i64(SOFTMAX_ROWS)), SOFTMAX_ROWS)
+                return
             with b.if_else(b.icmp_signed("<", g, i64(groups))) as (whole, rest):
                 with whole:
-                    _softmax_rows_in_registers(b, k2.ins[0], k2.out, k2.vw, b.mul(g, i64(SOFTMAX_ROWS)),
-                                               SOFTMAX_ROWS, n)
+                    run(b.mul(g, i64(SOFTMAX_ROWS)), SOFTMAX_ROWS)
                 with rest:
-                    if ragged:
-                        _softmax_rows_in_registers(b, k2.ins[0], k2.out, k2.vw, i64(groups * SOFTMAX_ROWS), ragged, n)
+                    run(i64(groups * SOFTMAX_ROWS), ragged)
         _rows_parallel(b, k, groups + (1 if ragged else 0), n * SOFTMAX_ROWS, rows)
         return
     _rows_parallel(b, k, outer * inner, n, lambda b, k2, r: _softmax_row(b, k2.ins[0], k2.out, k2.vw, r, n, inner,
@@ -1976,7 +1978,7 @@ def k_attention(b, k: KernelArgs):
     rows_max = max(1, min(micro_shape(vw)[0], s_len, ATTENTION_BUF_BYTES // (4 * sk)))
     blocks = -(-s_len // rows_max)
     scores_t = Attention.scores_type(k.in_types)
-    vty = ir.VectorType(F32, vw)
+    vty, one = ir.VectorType(F32, vw), ir.VectorType(F32, 1)
 
     def item(b, k2, t, _):
         bi, blk = b.sdiv(t, i64(blocks)), b.srem(t, i64(blocks))
@@ -1997,7 +1999,6 @@ def k_attention(b, k: KernelArgs):
                         ptr = b.bitcast(b.gep(buf, [i64(r * sk + c)], inbounds=True), vty.as_pointer())
                         b.store(epi.apply(b, b.add(grow, i64(r)), i64(c), b.load(ptr, align=4)), ptr, align=4)
                     for c in range(sk - sk % vw, sk):  # the tail, as one-lane vectors
-                        one = ir.VectorType(F32, 1)
                         ptr = b.bitcast(b.gep(buf, [i64(r * sk + c)], inbounds=True), one.as_pointer())
                         b.store(epi.apply(b, b.add(grow, i64(r)), i64(c), b.load(ptr, align=4)), ptr, align=4)
             if _softmax_in_registers(sk, vw):

@@ -278,10 +278,14 @@ def emit_quantize_panel(b, S, panel, K, ap, aq, isa, vw, src=None):
     [Kg][ap][G] codes (emit_quantize_block).
     `src=(X, x_off, ldx)`: the codes of X's rows instead (row k's ap columns from
     x_off + k * ldx, all of them inside X: a 1x1 conv's input planes, no f32 copy)."""
-    base = b.mul(panel, i64(K * ap))
-    out = b.bitcast(b.gep(S, [base], inbounds=True), code_type(isa).as_pointer())
-    X, x_off, ldx = (S, base, ap) if src is None else src
-    emit_quantize_block(b, X, x_off, ldx, K, out, ap, ap, aq, isa, vw)
+    X, x_off, ldx = (S, b.mul(panel, i64(K * ap)), ap) if src is None else src
+    emit_quantize_block(b, X, x_off, ldx, K, panel_codes(b, S, panel, K, ap, isa), ap, ap, aq, isa, vw)
+
+
+def panel_codes(b, S, panel, K, ap, isa):
+    """Where panel `panel`'s codes start: over the f32 panel S[panel] ([K][ap], S: f32*),
+    as a code pointer."""
+    return b.bitcast(b.gep(S, [b.mul(panel, i64(K * ap))], inbounds=True), code_type(isa).as_pointer())
 
 
 def emit_quantize_block(b, X, x_off, ldx, K, out, ldo, width, aq, isa, vw, load=None):
@@ -290,9 +294,8 @@ def emit_quantize_block(b, X, x_off, ldx, K, out, ldo, width, aq, isa, vw, load=
     columns at a time. In place (out over the bytes of X's rows, ldo = ldx): group row kg
     reads f32 rows kg*G.. (>= kg) and writes the bytes of f32 row kg, each chunk after
     reading it, so disjoint column ranges can run on different threads.
-    `load(b, index, c, k)`: the f32 vector at element index of X, chunk c of row k
-    (default a plain load; a masked one keeps a ragged block inside X; X may be None
-    where load reads the rows from elsewhere: a conv's im2col rows)."""
+    `load(b, index, c)`: the f32 vector at element index of X, chunk c (default a plain
+    load; a masked one keeps a ragged block inside X)."""
     g = isa.group
     fv = ir.VectorType(F32, vw)
 
@@ -302,7 +305,7 @@ def emit_quantize_block(b, X, x_off, ldx, K, out, ldo, width, aq, isa, vw, load=
             for i in range(rows):
                 k = b.add(b.mul(kg, i64(g)), i64(i))
                 at = b.add(x_off, b.add(b.mul(k, i64(ldx)), i64(c * vw)))
-                xs.append(b.load(_vec_ptr(b, X, at, fv), align=4) if load is None else load(b, at, c, k))
+                xs.append(b.load(_vec_ptr(b, X, at, fv), align=4) if load is None else load(b, at, c))
             store_group(b, xs, out, b.add(b.mul(kg, i64(ldo)), i64(c * vw)), aq, isa, vw)
     with for_range(b, K // g, name="qg") as kg:
         group(kg, g)

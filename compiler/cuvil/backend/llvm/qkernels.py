@@ -32,12 +32,13 @@ from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _load_lanes, _row_epilogue, conv_geometry,
-                      conv_pack_panel, conv_schedule, k_conv2d, matmul_packed, padded_input, padded_reader,
-                      parallel, run_transposed, thin_panels, tile_epilogue_of, transposed_store)
+                      conv_pack_panel, conv_schedule, k_conv2d, matmul_packed, padded_column, padded_input,
+                      padded_reader, parallel, run_transposed, thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
-                     emit_quantize_block, emit_quantize_panel, emit_quantize_rows, groups, int8_blob, store_group)
+                     emit_quantize_block, emit_quantize_panel, emit_quantize_rows, groups, int8_blob, panel_codes,
+                     store_group)
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
 
@@ -231,7 +232,7 @@ def im2col_codes(b, k2: KernelArgs, pp, out, ldo, aq, isa) -> bool:
     def tap(j):  # row j of a block: its first element in the copy, from the block's
         ic, t = divmod(j, taps)
         ky, kx = divmod(t, kw)
-        return (ic * hp + ky) * sw * wq + kx % sw * wq + kx // sw
+        return (ic * hp + ky) * sw * wq + padded_column(padded, kx)
 
     def groups_from(base, kg0, rows):  # rows of a block from padded element base, group row kg0
         for gi in range(-(-rows // g)):
@@ -253,9 +254,10 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     per image: im2col^T's K rows of P (padded to whole panels; a 1x1 conv reads its input
     planes) become [Kg][P'][2] codes, a panel of columns per work item (im2col_codes;
     without a padded copy, in place after the f32 pack); the bf16 GEMM (emit_i8b_gemm)
-    multiplies them by the weight's W^T panels (qgemm8.bf16_blob, packed). Each tile is transposed in registers into the
-    NCHW result, with an epilogue that runs in registers; another epilogue (a residual)
-    has the tiles go to C^T in scratch, transposed into the result with it afterwards.
+    multiplies them by the weight's W^T panels (qgemm8.bf16_blob, packed). Each tile is
+    transposed in registers into the NCHW result, with an epilogue that runs in
+    registers; another epilogue (a residual) has the tiles go to C^T in scratch,
+    transposed into the result with it afterwards.
     The weight streams once per call, spread over the threads' output-channel panels,
     where the column panels would read it once per pixel panel."""
     t = Transposed.of(k, codes=True)
@@ -288,7 +290,7 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
             with ragged:  # the last panel's columns past P read as zeros, not from past the planes
                 left = p - whole * nr
 
-                def masked(b, at, ci, _row):
+                def masked(b, at, ci):
                     ptr = b.bitcast(b.gep(k2.ins[0], [at], inbounds=True), fv.as_pointer())
                     return _load_lanes(b, ptr, fv, [ci * vw + j < left for j in range(vw)])
                 emit_quantize_block(b, k2.ins[0], src, p, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw,
@@ -348,8 +350,7 @@ def k_conv2d_q4(b, k: KernelArgs):
                         conv_pack_panel(b, k2, S, ex[0], pp, slot)
                         emit_quantize_panel(b, S, slot, kdim, nr, aq, isa, k2.vw)
                 return
-            if aq and im2col_codes(b, k2, pp, b.bitcast(b.gep(S, [b.mul(slot, i64(kdim * nr))], inbounds=True),
-                                                        code_type(isa).as_pointer()), nr, aq, isa):
+            if aq and im2col_codes(b, k2, pp, panel_codes(b, S, slot, kdim, nr, isa), nr, aq, isa):
                 return
             conv_pack_panel(b, k2, S, ex[0], pp, slot)
             if aq:  # the panel's codes, in place
