@@ -203,3 +203,39 @@ def test_transposed_conv_k_blocks(monkeypatch, budget):
     with torch.no_grad():
         r = seeded(11, *module(x).shape)
     check_torch(ConvResidual(module), x, r, atol=ATOL, rtol=RTOL)
+
+
+class _Pointwise(nn.Module):
+    """1x1 convs whose whole panels the GEMM tiles read from the input planes in place
+    (kernels.k_conv2d, with tiles of whole vectors; a ragged last panel is packed): >= 16
+    panels at 512 bits, groups, a residual epilogue, 5 rows (no K-blocked GEMM at 256)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(12)
+        self.c1, self.c2, self.c3 = nn.Conv2d(24, 20, 1), nn.Conv2d(20, 16, 1, groups=2), nn.Conv2d(16, 5, 1)
+
+    def forward(self, x, r):
+        z = self.c2(torch.relu(self.c1(x))) + r
+        return self.c3(z), z
+
+
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
+@pytest.mark.parametrize("hw", [(23, 29), (16, 32)], ids=["ragged", "whole-panels"])
+def test_pointwise_convs_read_their_input_planes_in_place(vector_bits, hw):
+    import numpy as np
+
+    from cuvil.api import _to_ir
+    from cuvil.backend.llvm.kernels import scratch_bytes
+    from cuvil.ir import interpreter
+    from cuvil.passes.pipeline import default_pipeline, run_pipeline
+    from tests.quant.helpers import run_native
+    xs = (seeded(13, 2, 24, *hw), seeded(14, 2, 16, *hw))
+    module = run_pipeline(_to_ir(_Pointwise(), xs), default_pipeline(memory_plan={"scratch": scratch_bytes}))
+    assert [op.name for op in module.main.body.ops].count("cuvil.conv2d") == 3
+    arrays = [x.numpy() for x in xs]
+    with torch.no_grad():
+        expected = _Pointwise()(*xs)
+    for got, ref, want in zip(run_native(module, arrays, vector_bits), interpreter.run(module, arrays), expected):
+        np.testing.assert_allclose(got, ref, atol=ATOL, rtol=RTOL)
+        np.testing.assert_allclose(got, want.numpy(), atol=ATOL, rtol=RTOL)

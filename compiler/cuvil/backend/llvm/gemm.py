@@ -424,7 +424,7 @@ def tile_post(epilogue, row0, valid, vw):
 
 
 def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epilogue=None, items=None,
-                     panel_at=None, round_a=False):
+                     panel_at=None, round_a=False, planes=None):
     """C = A @ B with B packed by pack_b/emit_pack_b, over the work items of
     packed_items; `items=(t0, t1)` (i64 values) limits the work. `panel_at` (i64): B's
     panel is read from that panel slot of Bp, whichever panel the item computes (a
@@ -432,7 +432,10 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
     `epilogue(b, row0, rows, col0, cols)` runs on each finished tile (row0, col0: i64);
     where it has `apply(b, row, col, vec)` (one vector of row `row` from column `col`),
     tiles of whole vectors take it on their accumulators instead, before the store.
-    `round_a`: A is rounded to bfloat16 as it is read (_tile)."""
+    `round_a`: A is rounded to bfloat16 as it is read (_tile).
+    `planes=(X, x_off, ld)`: whole panels are read in place from X instead (row k of
+    panel p from x_off + k * ld + p * NR: a 1x1 conv's input planes, no packed copy),
+    only a ragged last one from Bp."""
     nr = panel_width(vw)
     nv = nr // vw
 
@@ -444,7 +447,10 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         nv_t = 1 if valid is not None and valid <= vw else nv
         post, after = tile_post(epilogue, row0, valid, vw)
         ahead = i64(K * nr) if mr >= PREFETCH_ROWS and panel_at is None else None
-        _tile(b, A, a_row0, lda, Bp, b.mul(p if panel_at is None else panel_at, i64(K * nr)), nr, C, c_row0, ldc,
+        B, b_off, ldb = Bp, b.mul(p if panel_at is None else panel_at, i64(K * nr)), nr
+        if planes is not None and valid is None:  # (measured: prefetching the next panel's row gains nothing)
+            B, b_off, ldb, ahead = planes[0], b.add(planes[1], j0), planes[2], None
+        _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc,
               i64(0), K, mr, nv_t, vw, ety, c_j0=j0, valid=valid, post=post, ahead=ahead, round_a=round_a)
         if after:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)

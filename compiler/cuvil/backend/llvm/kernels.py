@@ -6,6 +6,7 @@ the inner loops run over contiguous memory so LLVM's vectoriser widens them.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from math import prod
 
@@ -644,7 +645,8 @@ def tile_epilogue_of(k2: KernelArgs, rb, tile_epilogue: bool):
 
 def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
     """Convolution as GEMM: per (image, group), B (the input planes for 1x1 convs, the
-    im2col matrix otherwise) is packed in panels into scratch, then C[OC, P] = W @ B.
+    im2col matrix otherwise) is packed in panels into scratch, then C[OC, P] = W @ B; a
+    1x1 conv's whole panels are read from its input planes in place.
     `weights(b, k2)`: W's pointer (default the operand; i16 for bfloat16 rows);
     `round_panel`: each packed panel is rounded to bfloat16 (`precision: bf16`)."""
     xt, wt = k.in_types[:2]
@@ -669,30 +671,36 @@ def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
     panels = -(-p // nr)
     epi_all = _row_epilogue(k, 2, 2)
     tile_epilogue = epi_all is not None and epi_all.supports_cols
+    # A 1x1 conv's whole panels are its input planes' columns as they are: the tiles read
+    # them in place (measured, AVX-512, 2 threads: 512->128 at 28x28 -8%, MobileNetV2
+    # -4%, ResNet-50 -1.5%); the K-blocked GEMM (narrow vectors) reads packed panels only.
+    in_place = conv_geometry(xt, wt, k.out_type, k.attrs)[0] and rnd is None and not blocked_gemm(ocg, p, k.vw)
     with for_range(b, n * g, name="ng") as ng:
         ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))
         xplane0 = b.mul(b.add(b.mul(ni, i64(c)), b.mul(gi, i64(icg))), i64(h * w))
         row_base = b.add(b.mul(ni, i64(oc)), b.mul(gi, i64(ocg)))
 
         def pack(b, k2, pp, ex, slot):
-            conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp, slot, rnd)
+            with b.if_then(b.icmp_signed(">=", pp, i64(p // nr))) if in_place else nullcontext():  # only a ragged one
+                conv_pack_panel(b, k2, b.bitcast(k2.scratch, k2.ins[0].type), ex[0], pp, slot, rnd)
 
         def gemm_items(b, k2, t, ex, slot):
-            rb, g_ = ex
+            rb, g_, xp0 = ex
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             epi = tile_epilogue_of(k2, rb, tile_epilogue)
             emit_gemm_packed(b, weights(b, k2), b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
-                             ocg, p, kdim, k2.vw, ety, epi, items=(t, b.add(t, i64(1))), panel_at=slot)
+                             ocg, p, kdim, k2.vw, ety, epi, items=(t, b.add(t, i64(1))), panel_at=slot,
+                             planes=(k2.ins[0], xp0, p) if in_place else None)
 
         def gemm_panels(b, k2, panels_, ex, slot):  # all weight rows times panels [p0, p1), K-blocked
-            rb, g_ = ex
+            rb, g_ = ex[:2]
             S = b.bitcast(k2.scratch, k2.ins[0].type)
             epi = tile_epilogue_of(k2, rb, tile_epilogue)
             emit_gemm_blocked(b, weights(b, k2), b.mul(g_, i64(ocg * kdim)), kdim, S, k2.out, b.mul(rb, i64(p)), p,
                               ocg, p, kdim, k2.vw, ety, epi, panels=panels_, panel_at=slot)
 
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
-                      [row_base, gi], gemm_panels if blocked_gemm(ocg, p, k.vw) else None, rnd)
+                      [row_base, gi, xplane0], gemm_panels if blocked_gemm(ocg, p, k.vw) else None, rnd)
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
 
