@@ -167,6 +167,71 @@ def test_bf16_convs_from_the_padded_copy_give_two_threads_the_bits_of_one():
     np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
 
 
+class _PairPlanes(torch.nn.Module):
+    """bf16 convs over an even number of input channels per group copy their padded input
+    as plane pairs of codes (qkernels.pair_planes; with vdpbf16ps and masked vectors):
+    each im2col group row is one tap of one pair, the weight's K in (pair, tap, channel)
+    order. 3x3 over a ragged panel count, stride 2 (phase-split pairs), two groups of 6
+    channels, a 2x3 kernel with stride (1, 2), and 7x7 planes (transposed)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(15)
+        self.c1 = torch.nn.Conv2d(4, 12, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(12, 12, 3, stride=2, padding=1)
+        self.c3 = torch.nn.Conv2d(12, 10, 3, padding=1, groups=2)
+        self.c4 = torch.nn.Conv2d(10, 8, (2, 3), stride=(1, 2), padding=(1, 1))
+        self.c5 = torch.nn.Conv2d(8, 16, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.c2(torch.relu(self.c1(x))))
+        y = self.c4(torch.relu(self.c3(y) + 0.5))
+        return self.c5(torch.nn.functional.adaptive_avg_pool2d(y, 7))
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
+@pytest.mark.parametrize("vector_bits", [128, 256, 512])
+def test_bf16_convs_from_plane_pairs_match_the_interpreter(isa, vector_bits):
+    from cuvil.backend.llvm.qkernels import pair_planes
+    x = torch.randn(2, 4, 27, 37, generator=torch.Generator().manual_seed(16))
+    _check(_PairPlanes().eval(), x, vector_bits, isa)
+    module = _bf16_module(_PairPlanes().eval(), x)
+    convs = [op for op in module.main.body.ops if op.name == "cuvil.conv2d"]
+    chosen = [pair_planes(*(v.type for v in op.operands[:2]), op.result.type, op.attrs, isa, vector_bits // 32)
+              for op in convs]
+    assert chosen == [isa.dot == "dpbf16ps" and vector_bits > 128] * 5
+
+
+def test_bf16_convs_from_plane_pairs_give_two_threads_the_bits_of_one():
+    if not HOST_BF16:
+        pytest.skip("this CPU has no AVX-512-BF16")
+    model, x = _PairPlanes().eval(), torch.randn(1, 4, 40, 45, generator=torch.Generator().manual_seed(17))
+    one = cuvil.compile(model, (x,), precision="bf16", threads=1)
+    two = cuvil.compile(model, (x,), precision="bf16", threads=2)
+    np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
+
+
+def test_bf16_weight_shared_by_a_dilated_and_a_plain_conv_is_a_clear_error():
+    """The plain conv would read the weight in pair order, the dilated one (no padded
+    copy) in channel order: one blob cannot serve both."""
+    if not HOST_BF16:
+        pytest.skip("this CPU has no AVX-512-BF16")
+    torch.manual_seed(18)
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    class Shared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = conv
+
+        def forward(self, x):
+            return self.conv(x) + torch.nn.functional.conv2d(x, self.conv.weight, None, padding=2, dilation=2)
+    x = torch.randn(1, 8, 12, 12)
+    assert cuvil.compile(Shared().eval(), (x,))(x.numpy())[0].shape == (1, 8, 12, 12)   # f32: fine
+    with pytest.raises(CuvilError, match="shared by convs with and without a padded input copy"):
+        cuvil.compile(Shared().eval(), (x,), precision="bf16")
+
+
 class _ThinPlanes(torch.nn.Module):
     """bf16 convs whose output planes fill the column panels poorly (7x7, 14x14): W^T
     panels times im2col^T codes, transposed back with the epilogue (a bias, ReLU, a

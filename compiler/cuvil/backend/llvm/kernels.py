@@ -728,14 +728,14 @@ class Transposed:
                    -(-oc // nr) * nr, _conv_scratch(xt, wt, k.out_type, k.attrs, True, codes)[0])
 
 
-def run_transposed(b, k: KernelArgs, t: Transposed, prepare, gemm, direct: bool = False):
+def run_transposed(b, k: KernelArgs, t: Transposed, prepare, gemm, direct: bool = False, pairs=None):
     """A transposed conv's steps per image, each a parallel loop whose body gets the
     extras [xplane0, ni]: the padded input copy where the conv has one, `prepare` =
     (count, body) building im2col^T (None: the GEMM reads the input), `gemm` = (count,
     body) into C^T, then C^T transposed into the NCHW result vw x vw blocks at a time,
     each channel block taking the epilogue while it is in cache (not with `direct`:
     the GEMM stored the result itself). An epilogue that cannot run per channel block
-    runs on the whole result after."""
+    runs on the whole result after. `pairs`: the padded copy's (padded_copy)."""
     xt, wt = k.in_types[:2]
     n, c, h, w = xt.shape
     oc, vw = wt.shape[0], k.vw
@@ -750,7 +750,7 @@ def run_transposed(b, k: KernelArgs, t: Transposed, prepare, gemm, direct: bool 
     with for_range(b, n, name="n") as ni:
         extras = [b.mul(ni, i64(c * h * w)), ni]
         if padded_input(xt, wt, k.out_type, k.attrs) is not None:
-            padded_copy(b, k, extras[0])
+            padded_copy(b, k, extras[0], pairs=pairs)
         for step in (prepare, gemm):
             if step is not None:
                 parallel(b, k, step[0], step[1], extras)
@@ -878,50 +878,60 @@ def _transpose_channels(b, k2: KernelArgs, Ct, ldct, oc0, ni, p, oc, epi):
 PADDED_COPY_ITEMS = 8
 
 
-def padded_copy(b, k: KernelArgs, xplane0, rnd=None):
+def padded_copy(b, k: KernelArgs, xplane0, rnd=None, pairs=None):
     """The zero-padded, phase-split copy (padded_input) of the conv's input planes from
     element xplane0 (one image or group), across the threads; `rnd(b, value)` maps each
-    copied value."""
+    copied value. `pairs(b, v0, v1)` (masked vectors only): the copy holds one plane per
+    pair of input planes (2i, 2i + 1), each element the 32 bits that function makes of
+    the two planes' vectors (a bf16 conv's codes of both, qkernels.pair_codes)."""
     icg = k.in_types[1].shape[1]
+    planes = icg // 2 if pairs else icg
     hp = padded_input(*k.in_types[:2], k.out_type, k.attrs)[0]
-    bands = min(hp, -(-PADDED_COPY_ITEMS // icg))
+    bands = min(hp, -(-PADDED_COPY_ITEMS // planes))
 
     def item(b, k2, t, ex):
         band = b.srem(t, i64(bands))
         y0 = b.sdiv(b.mul(band, i64(hp)), i64(bands))
         y1 = b.sdiv(b.mul(b.add(band, i64(1)), i64(hp)), i64(bands))
-        _padded_copy(b, k2, b.sdiv(t, i64(bands)), ex[0], (y0, y1), rnd)
-    parallel(b, k, icg * bands, item, [xplane0])
+        _padded_copy(b, k2, b.sdiv(t, i64(bands)), ex[0], (y0, y1), rnd, pairs)
+    parallel(b, k, planes * bands, item, [xplane0])
 
 
-def _padded_copy(b, k2: KernelArgs, ic, xplane0, rows, rnd=None):
-    """Rows [y0, y1) (`rows`, i64 values) of plane ic's padded copy. With masked vectors
-    (x86), sw * vw consecutive input columns at a time: one masked load (the lanes in
-    the padding read as zeros), split into the sw phases by shuffles; else column by
-    column."""
+def _padded_copy(b, k2: KernelArgs, ic, xplane0, rows, rnd=None, pairs=None):
+    """Rows [y0, y1) (`rows`, i64 values) of plane ic's padded copy (with `pairs`, of
+    pair ic's). With masked vectors (x86), sw * vw consecutive input columns at a time:
+    one masked load (the lanes in the padding read as zeros), split into the sw phases
+    by shuffles; else column by column."""
     xt, wt = k2.in_types[:2]
     _, _, h, w = xt.shape
     hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
     pt, pl, _, _ = k2.attrs["pads"]
     Xp = _padded_base(b, k2)
-    src0 = b.add(xplane0, b.mul(ic, i64(h * w)))
+    src0 = b.add(xplane0, b.mul(ic, i64(h * w * (2 if pairs else 1))))
     dst0 = b.mul(ic, i64(hp * sw * wq))
     zero = fconst("f32", 0.0)
     vw = k2.vw
     vty, wide = ir.VectorType(F32, vw), ir.VectorType(F32, vw * sw)
+    if pairs and not masked_vectors(vw):
+        raise BackendError("a padded copy of plane pairs needs masked vectors")
+
+    def phases(src, start, valid):  # the sw phase vectors of sw * vw columns from `start`
+        if any(valid):
+            ptr = b.bitcast(b.gep(k2.ins[0], [b.add(src, i64(start))]), wide.as_pointer())
+            got = _load_lanes(b, ptr, wide, valid)
+        else:
+            got = ir.Constant(wide, [0.0] * (vw * sw))
+        return [got if sw == 1 else b.shuffle_vector(got, ir.Constant(wide, ir.Undefined), ir.Constant(
+            ir.VectorType(ir.IntType(32), vw), [phase + sw * j for j in range(vw)])) for phase in range(sw)]
 
     def vector_row(src, row):
         for q0 in range(0, wq, vw):
             start = q0 * sw - pl  # the input column of phase 0's lane 0
             valid = [0 <= start + e < w for e in range(vw * sw)]
-            if any(valid):
-                ptr = b.bitcast(b.gep(k2.ins[0], [b.add(src, i64(start))]), wide.as_pointer())
-                got = _load_lanes(b, ptr, wide, valid)
-            else:
-                got = ir.Constant(wide, [0.0] * (vw * sw))
-            for phase in range(sw):
-                v = got if sw == 1 else b.shuffle_vector(got, ir.Constant(wide, ir.Undefined), ir.Constant(
-                    ir.VectorType(ir.IntType(32), vw), [phase + sw * j for j in range(vw)]))
+            vs = phases(src, start, valid)
+            if pairs:
+                vs = [pairs(b, v0, v1) for v0, v1 in zip(vs, phases(b.add(src, i64(h * w)), start, valid))]
+            for phase, v in enumerate(vs):
                 v = rnd(b, v) if rnd else v
                 at = b.gep(Xp, [b.add(row, i64(phase * wq + q0))], inbounds=True)
                 _store_lanes(b, v, b.bitcast(at, vty.as_pointer()), wq - q0)
@@ -1073,7 +1083,7 @@ def conv_pack_panel(b, k2: KernelArgs, S, xplane0, pp, slot, rnd=None):
 
 
 def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, xplane0, extras, gemm_panels=None,
-                  rnd=None):
+                  rnd=None, pairs=None):
     """Run a GEMM conv's pack(b, k2, panel, [xplane0], slot) and gemm_items(b, k2, t,
     extras, slot) (t = panel * blocks + row block; the panel is packed at panel slot
     `slot` of the scratch) across the threads: with >= FUSED_PACK_PANELS panels each
@@ -1085,10 +1095,10 @@ def conv_schedule(b, k: KernelArgs, panels: int, blocks: int, pack, gemm_items, 
     given (K-blocked across them: a weight block is read from L2 for every panel of the
     range, not streamed once per panel), else the items.
     Convs of dilation 1 first copy their input planes zero-padded (padded_input), each
-    value mapped by `rnd` where given."""
+    value mapped by `rnd` where given, in plane pairs with `pairs` (padded_copy)."""
     xt, wt = k.in_types[:2]
     if padded_input(xt, wt, k.out_type, k.attrs) is not None:
-        padded_copy(b, k, xplane0, rnd)
+        padded_copy(b, k, xplane0, rnd, pairs)
     if panels >= FUSED_PACK_PANELS:
         def pack_and_multiply(b, k2, pp, ex):
             slot = ex[-1]  # every panel of this thread's chunk goes through one slot, kept in cache

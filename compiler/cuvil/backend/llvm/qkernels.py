@@ -7,8 +7,10 @@ int8_channel (with the op's `act_quant`): integer GEMM (qgemm8.py); blob: qgemm8
 in the layout of the kernel's `Int8Isa` (KernelArgs.int8). The activations are quantized
 once per call: a matmul's A into scratch (`int8_scratch_bytes`; per tile where M is a
 runtime size), a conv's im2col panels straight from its padded input copy
-(im2col_codes; elsewhere in place after packing), a 1x1 conv's whole panels straight
-from its input planes; each thread packs its panels into one slot of the scratch.
+(im2col_codes; elsewhere in place after packing; a bf16 conv over an even channel count
+converts while it copies, into plane pairs of codes: pair_planes), a 1x1 conv's whole
+panels straight from its input planes; each thread packs its panels into one slot of
+the scratch.
 bf16 (with `act_quant = {dtype: bf16}`, `precision: bf16`): bfloat16 operands, f32
 accumulation. Where the target has a bf16 dot product (KernelArgs.bf16: AVX-512-BF16
 `vdpbf16ps`), the integer GEMMs' schedule with bf16 codes; blob: qgemm8.bf16_blob
@@ -32,10 +34,11 @@ from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _load_lanes, _row_epilogue, conv_geometry,
-                      conv_pack_panel, conv_schedule, k_conv2d, matmul_packed, padded_column, padded_input,
+                      conv_pack_panel, conv_schedule, k_conv2d, masked_vectors, matmul_packed, padded_column, padded_input,
                       padded_reader, parallel, run_transposed, thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
+from . import qgemm8
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
                      emit_quantize_block, emit_quantize_panel, emit_quantize_rows, groups, int8_blob, panel_codes,
                      store_group)
@@ -114,7 +117,16 @@ def quantized_blob(dq, vw: int, isa=GENERIC, bf16=BF16_GENERIC):
         # W^T in panels for matmuls and transposed convs (the weight's convs share its shape)
         packed = all(u.name == "cuvil.matmul" or bf16_transposed(u.operands[0].type, u.operands[1].type, u.result.type,
                                                                   u.attrs, vw, bf16) for u in dq.result.uses)
-        return bf16_blob(q.value, packed, vw)
+        pairs = {u.name == "cuvil.conv2d" and pair_planes(u.operands[0].type, u.operands[1].type, u.result.type,
+                                                           u.attrs, bf16, vw) for u in dq.result.uses}
+        if len(pairs) > 1:
+            raise BackendError("a bf16 conv weight shared by convs with and without a padded input copy (a dilated "
+                               "one) has no kernel")
+        rows = q.value
+        if pairs == {True}:
+            _, icg, kh, kw = dq.attrs["shape"]
+            rows = pair_order(rows, icg, kh * kw)
+        return bf16_blob(rows, packed, vw)
     if dq.attrs["scheme"] == "int8_channel":
         return int8_blob(q.value, scale.value, kinds == {"cuvil.matmul"}, vw, isa)
     if kinds == {"cuvil.matmul"}:
@@ -212,12 +224,50 @@ def bf16_transposed(x, w, out, attrs, vw: int, isa) -> bool:
     return isa.dot == "dpbf16ps" and _bf16_transposed_shape(x, w, out, attrs) and thin_panels(out, vw)
 
 
+def pair_planes(x, w, out, attrs, isa, vw: int) -> bool:
+    """Whether a bf16 conv with the bf16 dot product copies its padded input as plane
+    pairs of codes (kernels.padded_copy `pairs`: each element the bf16 codes of input
+    planes 2i and 2i + 1): an even number of input channels per group, a padded copy.
+    Its weight rows then run over K in (pair, tap, channel of the pair) order
+    (pair_order), so each im2col group row is one tap of one pair: a 32-bit copy from
+    the padded pairs, converted once per input value instead of once per tap. (Masked
+    vectors: the pairs' copy has no column-by-column form.)"""
+    return isa.dot == "dpbf16ps" and masked_vectors(vw) and w.shape[1] % 2 == 0 \
+        and padded_input(x, w, out, attrs) is not None
+
+
+def pair_order(rows: np.ndarray, icg: int, taps: int) -> np.ndarray:
+    """A conv weight's rows [C, K * B] (K = icg * taps values of B bytes, in (channel,
+    tap) order) with K in (channel pair, tap, channel of the pair) order (pair_planes)."""
+    c = rows.shape[0]
+    v = rows.reshape(c, icg // 2, 2, taps, -1).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(v).reshape(c, -1)
+
+
+def pair_codes(b, v0, v1, isa):
+    """The bf16 codes of two planes' vectors interleaved: element j holds plane 0's code
+    in its low 16 bits, plane 1's in its high ones (as <vw x f32> bits)."""
+    vw = v0.type.count
+    codes = b.shuffle_vector(qgemm8._bf16_bits(b, v0, isa), qgemm8._bf16_bits(b, v1, isa),
+                             ir.Constant(ir.VectorType(ir.IntType(32), 2 * vw), [j // 2 + j % 2 * vw for j in range(2 * vw)]))
+    return b.bitcast(codes, ir.VectorType(F32, vw))
+
+
+def _pairs(k2: KernelArgs, isa):
+    """padded_copy's `pairs` for this conv, or None."""
+    xt, wt = k2.in_types[:2]
+    if not pair_planes(xt, wt, k2.out_type, k2.attrs, isa, k2.vw):
+        return None
+    return lambda b, v0, v1: pair_codes(b, v0, v1, isa)
+
+
 def im2col_codes(b, k2: KernelArgs, pp, out, ldo, aq, isa) -> bool:
     """Panel pp's im2col columns as [Kg][.][G] codes at out (group row kg's from kg *
     ldo positions), read straight from the conv's padded input copy (no f32 panel);
-    False (nothing emitted) where the conv has no padded copy. The rows go in blocks of
-    whole groups and whole input channels (lcm(G, kh * kw) rows), unrolled, so every
-    row's place in the copy is a constant offset from its block's."""
+    False (nothing emitted) where the conv has no padded copy. From plane pairs of codes
+    (pair_planes), each group row is a copy of 32-bit elements. From f32 planes, the rows
+    go in blocks of whole groups and whole input channels (lcm(G, kh * kw) rows),
+    unrolled, so every row's place in the copy is a constant offset from its block's."""
     xt, wt = k2.in_types[:2]
     padded = padded_input(xt, wt, k2.out_type, k2.attrs)
     if padded is None:
@@ -228,6 +278,19 @@ def im2col_codes(b, k2: KernelArgs, pp, out, ldo, aq, isa) -> bool:
     per = taps * g // gcd(taps, g)  # rows of a block
     read = padded_reader(b, k2, pp)
     chunks = panel_width(k2.vw) // k2.vw
+    if pair_planes(xt, wt, k2.out_type, k2.attrs, isa, k2.vw):
+        wty = ir.VectorType(code_type(isa), 2 * k2.vw)
+        with for_range(b, icg // 2, name="pair") as pair:
+            base = b.mul(pair, i64(hp * sw * wq))
+            for t in range(taps):
+                ky, kx = divmod(t, kw)
+                tap = b.add(base, i64(ky * sw * wq + padded_column(padded, kx)))
+                kg = b.add(b.mul(pair, i64(taps)), i64(t))
+                for c in range(chunks):
+                    at = b.mul(b.add(b.mul(kg, i64(ldo)), i64(c * k2.vw)), i64(2))
+                    b.store(b.bitcast(read(b, tap, c), wty), b.bitcast(b.gep(out, [at], inbounds=True),
+                                                                       wty.as_pointer()), align=1)
+        return True
 
     def tap(j):  # row j of a block: its first element in the copy, from the block's
         ic, t = divmod(j, taps)
@@ -309,7 +372,7 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
                       None, (i, b.add(i, i64(1))), q_pitch=ldk, store=store)
 
     run_transposed(b, k, t, (t.panels, quantize_input if t.pointwise else pack),
-                   (packed_work_items(p, oc, vw), gemm), direct)
+                   (packed_work_items(p, oc, vw), gemm), direct, _pairs(k, isa))
 
 
 def k_conv2d_q4(b, k: KernelArgs):
@@ -369,7 +432,7 @@ def k_conv2d_q4(b, k: KernelArgs):
                 emit_q4a_gemm(b, Aq, b.mul(g_, i64(ocg)), S, k2.out, b.mul(rb, i64(p)), p, ocg, p, kdim, k2.vw,
                               tile_epi, items=span, panel_at=slot)
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
-                      [row_base, gi])
+                      [row_base, gi], pairs=_pairs(k, isa) if aq else None)
     if epi_all is not None and not tile_epilogue:
         _epilogue(b, k, 2)
 
