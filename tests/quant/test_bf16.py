@@ -57,6 +57,12 @@ def _check(model, x, vector_bits, isa):
     assert 1e-6 < _rel(got, fp32) <= BF16_REL_TOL      # bf16, not fp32, and not far from it
 
 
+def _two_threads_give_the_bits_of_one(model, x):
+    one = cuvil.compile(model, (x,), precision="bf16", threads=1)
+    two = cuvil.compile(model, (x,), precision="bf16", threads=2)
+    np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
+
+
 def test_bf16_rounding_matches_torch():
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.standard_normal(10000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 10000),
@@ -162,9 +168,7 @@ def test_bf16_convs_take_their_codes_from_the_padded_copy(isa, vector_bits):
 def test_bf16_convs_from_the_padded_copy_give_two_threads_the_bits_of_one():
     """Each thread packs its panels into its own slot of the scratch."""
     model, x = _PaddedCodes().eval(), torch.randn(1, 3, 45, 50, generator=torch.Generator().manual_seed(14))
-    one = cuvil.compile(model, (x,), precision="bf16", threads=1)
-    two = cuvil.compile(model, (x,), precision="bf16", threads=2)
-    np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
+    _two_threads_give_the_bits_of_one(model, x)
 
 
 class _PairPlanes(torch.nn.Module):
@@ -206,9 +210,7 @@ def test_bf16_convs_from_plane_pairs_give_two_threads_the_bits_of_one():
     if not HOST_BF16:
         pytest.skip("this CPU has no AVX-512-BF16")
     model, x = _PairPlanes().eval(), torch.randn(1, 4, 40, 45, generator=torch.Generator().manual_seed(17))
-    one = cuvil.compile(model, (x,), precision="bf16", threads=1)
-    two = cuvil.compile(model, (x,), precision="bf16", threads=2)
-    np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
+    _two_threads_give_the_bits_of_one(model, x)
 
 
 def test_bf16_weight_shared_by_a_dilated_and_a_plain_conv_is_a_clear_error():
@@ -270,9 +272,7 @@ def test_bf16_transposed_convs_give_two_threads_the_bits_of_one():
     if not HOST_BF16:
         pytest.skip("this CPU has no AVX-512-BF16")
     model, x = _ThinPlanes().eval(), torch.randn(1, 21, 7, 7, generator=torch.Generator().manual_seed(11))
-    one = cuvil.compile(model, (x,), precision="bf16", threads=1)
-    two = cuvil.compile(model, (x,), precision="bf16", threads=2)
-    np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
+    _two_threads_give_the_bits_of_one(model, x)
 
 
 @pytest.mark.parametrize("vector_bits", [128, 256, 512])

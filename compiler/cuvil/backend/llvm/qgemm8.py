@@ -313,16 +313,21 @@ def emit_quantize_block(b, X, x_off, ldx, K, out, ldo, width, aq, isa, vw, load=
         group(i64(K // g), K % g)
 
 
-def store_group(b, xs, out, pos, aq, isa, vw):
-    """The codes of one group row's vw positions: xs, the f32 vectors of its first
-    len(xs) rows (the rest zeros), interleaved ([vw][G]) at position pos (i64) of out."""
+def group_codes(b, xs, aq, isa, vw):
+    """The codes of one group row's vw positions, interleaved ([vw][G], a <vw * G> code
+    vector): xs, the f32 vectors of its first len(xs) rows (the rest zeros)."""
     g = isa.group
-    ct, fv = code_type(isa), ir.VectorType(F32, vw)
+    fv = ir.VectorType(F32, vw)
     codes = [_code(b, xs[i] if i < len(xs) else ir.Constant(fv, [0.0] * vw), aq, isa) for i in range(g)]
     joined = _concat(b, codes)  # then one shuffle interleaves the rows
     mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
-    inter = b.shuffle_vector(joined, ir.Constant(joined.type, ir.Undefined), mask)
-    b.store(inter, _vec_ptr(b, out, b.mul(pos, i64(g)), ir.VectorType(ct, vw * g)), align=1)
+    return b.shuffle_vector(joined, ir.Constant(joined.type, ir.Undefined), mask)
+
+
+def store_group(b, xs, out, pos, aq, isa, vw):
+    """group_codes of xs at position pos (i64) of out."""
+    ct, g = code_type(isa), isa.group
+    b.store(group_codes(b, xs, aq, isa, vw), _vec_ptr(b, out, b.mul(pos, i64(g)), ir.VectorType(ct, vw * g)), align=1)
 
 
 # -- the dot product ------------------------------------------------------------------------

@@ -32,16 +32,15 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
-from .gemm import _min, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
+from .gemm import _min, _vec_ptr, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _load_lanes, _row_epilogue, conv_geometry,
                       conv_pack_panel, conv_schedule, k_conv2d, masked_vectors, matmul_packed, padded_column, padded_input,
                       padded_reader, parallel, run_transposed, thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
-from . import qgemm8
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
-                     emit_quantize_block, emit_quantize_panel, emit_quantize_rows, groups, int8_blob, panel_codes,
-                     store_group)
+                     emit_quantize_block, emit_quantize_panel, emit_quantize_rows, group_codes, groups, int8_blob,
+                     panel_codes, store_group)
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
 
@@ -248,9 +247,7 @@ def pair_codes(b, v0, v1, isa):
     """The bf16 codes of two planes' vectors interleaved: element j holds plane 0's code
     in its low 16 bits, plane 1's in its high ones (as <vw x f32> bits)."""
     vw = v0.type.count
-    codes = b.shuffle_vector(qgemm8._bf16_bits(b, v0, isa), qgemm8._bf16_bits(b, v1, isa),
-                             ir.Constant(ir.VectorType(ir.IntType(32), 2 * vw), [j // 2 + j % 2 * vw for j in range(2 * vw)]))
-    return b.bitcast(codes, ir.VectorType(F32, vw))
+    return b.bitcast(group_codes(b, [v0, v1], None, isa, vw), ir.VectorType(F32, vw))
 
 
 def _pairs(k2: KernelArgs, isa):
@@ -275,27 +272,31 @@ def im2col_codes(b, k2: KernelArgs, pp, out, ldo, aq, isa) -> bool:
     _, icg, kh, kw = wt.shape
     hp, sw, wq = padded
     g, taps = isa.group, kh * kw
-    per = taps * g // gcd(taps, g)  # rows of a block
     read = padded_reader(b, k2, pp)
     chunks = panel_width(k2.vw) // k2.vw
+
+    pitch = hp * sw * wq  # elements per plane (or pair of planes) of the copy
+
+    def tap_at(plane: int, t: int) -> int:  # tap t of a plane: its first element in the copy
+        ky, kx = divmod(t, kw)
+        return plane * pitch + ky * sw * wq + padded_column(padded, kx)
+
     if pair_planes(xt, wt, k2.out_type, k2.attrs, isa, k2.vw):
         wty = ir.VectorType(code_type(isa), 2 * k2.vw)
         with for_range(b, icg // 2, name="pair") as pair:
-            base = b.mul(pair, i64(hp * sw * wq))
+            base = b.mul(pair, i64(pitch))
             for t in range(taps):
-                ky, kx = divmod(t, kw)
-                tap = b.add(base, i64(ky * sw * wq + padded_column(padded, kx)))
                 kg = b.add(b.mul(pair, i64(taps)), i64(t))
                 for c in range(chunks):
                     at = b.mul(b.add(b.mul(kg, i64(ldo)), i64(c * k2.vw)), i64(2))
-                    b.store(b.bitcast(read(b, tap, c), wty), b.bitcast(b.gep(out, [at], inbounds=True),
-                                                                       wty.as_pointer()), align=1)
+                    b.store(b.bitcast(read(b, b.add(base, i64(tap_at(0, t))), c), wty), _vec_ptr(b, out, at, wty),
+                            align=1)
         return True
 
+    per = taps * g // gcd(taps, g)  # rows of a block
+
     def tap(j):  # row j of a block: its first element in the copy, from the block's
-        ic, t = divmod(j, taps)
-        ky, kx = divmod(t, kw)
-        return (ic * hp + ky) * sw * wq + padded_column(padded, kx)
+        return tap_at(*divmod(j, taps))
 
     def groups_from(base, kg0, rows):  # rows of a block from padded element base, group row kg0
         for gi in range(-(-rows // g)):
@@ -303,7 +304,7 @@ def im2col_codes(b, k2: KernelArgs, pp, out, ldo, aq, isa) -> bool:
                 xs = [read(b, b.add(base, i64(tap(j))), c) for j in range(gi * g, min(rows, gi * g + g))]
                 store_group(b, xs, out, b.add(b.mul(b.add(kg0, i64(gi)), i64(ldo)), i64(c * k2.vw)), aq, isa, k2.vw)
 
-    block_elems = per // taps * hp * sw * wq
+    block_elems = per // taps * pitch
     whole = icg * taps // per
     with for_range(b, whole, name="blk") as blk:
         groups_from(b.mul(blk, i64(block_elems)), b.mul(blk, i64(per // g)), per)
