@@ -173,10 +173,12 @@ def test_bf16_convs_from_the_padded_copy_give_two_threads_the_bits_of_one():
 
 class _PairPlanes(torch.nn.Module):
     """bf16 convs over an even number of input channels per group copy their padded input
-    as plane pairs of codes (qkernels.pair_planes; with vdpbf16ps and masked vectors):
-    each im2col group row is one tap of one pair, the weight's K in (pair, tap, channel)
-    order. 3x3 over a ragged panel count, stride 2 (phase-split pairs), two groups of 6
-    channels, a 2x3 kernel with stride (1, 2), and 7x7 planes (transposed)."""
+    as plane pairs of codes (qkernels.pair_planes; with vdpbf16ps and masked vectors),
+    the weight's K in (pair, tap, channel) order: one group's convs run transposed and
+    read each pixel's taps from the pairs (qkernels.gather_at), two groups' ones pack
+    each im2col group row as one tap of one pair. 3x3 over a ragged pixel count, stride
+    2 (phase-split pairs), two groups of 6 channels, a 2x3 kernel with stride (1, 2),
+    and 7x7 planes."""
 
     def __init__(self):
         super().__init__()
@@ -204,6 +206,9 @@ def test_bf16_convs_from_plane_pairs_match_the_interpreter(isa, vector_bits):
     chosen = [pair_planes(*(v.type for v in op.operands[:2]), op.result.type, op.attrs, isa, vector_bits // 32)
               for op in convs]
     assert chosen == [isa.dot == "dpbf16ps" and vector_bits > 128] * 5
+    gathered = [bf16_transposed(*(v.type for v in op.operands[:2]), op.result.type, op.attrs, vector_bits // 32, isa)
+                for op in convs]
+    assert [t for c, t in zip(chosen, gathered) if c] == [op.attrs["groups"] == 1 for c, op in zip(chosen, convs) if c]
 
 
 def test_bf16_convs_from_plane_pairs_give_two_threads_the_bits_of_one():
@@ -231,6 +236,28 @@ def test_bf16_weight_shared_by_a_dilated_and_a_plain_conv_is_a_clear_error():
     x = torch.randn(1, 8, 12, 12)
     assert cuvil.compile(Shared().eval(), (x,))(x.numpy())[0].shape == (1, 8, 12, 12)   # f32: fine
     with pytest.raises(CuvilError, match="shared by convs with and without a padded input copy"):
+        cuvil.compile(Shared().eval(), (x,), precision="bf16")
+
+
+def test_bf16_weight_shared_by_a_transposed_and_a_plain_conv_is_a_clear_error():
+    """Over 5 channels (no plane pairs) a conv's 7x7 output runs transposed (W^T panels),
+    its 28x28 one in column panels (weight rows): one blob cannot serve both."""
+    if not HOST_BF16:
+        pytest.skip("this CPU has no AVX-512-BF16")
+    torch.manual_seed(19)
+    conv = torch.nn.Conv2d(5, 8, 3, padding=1)
+
+    class Shared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = conv
+
+        def forward(self, x):
+            return self.conv(x).mean() + self.conv(torch.nn.functional.avg_pool2d(x, 4)).mean()
+    x = torch.randn(1, 5, 28, 28)
+    want = Shared().eval()(x).detach().numpy()
+    np.testing.assert_allclose(cuvil.compile(Shared().eval(), (x,))(x.numpy())[0], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(CuvilError, match="shared by a transposed conv"):
         cuvil.compile(Shared().eval(), (x,), precision="bf16")
 
 
@@ -263,8 +290,9 @@ def test_bf16_convs_of_thin_planes_run_transposed(isa, vector_bits):
     convs = [op for op in module.main.body.ops if op.name == "cuvil.conv2d"]
     chosen = [bf16_transposed(*(v.type for v in op.operands[:2]), op.result.type, op.attrs, vector_bits // 32, isa)
               for op in convs]
-    # 7x7 planes at both widths; 14x14 (196 of 224 lanes) only with 512-bit vectors
-    want = [True, True, vector_bits == 512, vector_bits == 512] if isa.dot == "dpbf16ps" else [False] * 4
+    # 7x7 planes at both widths; 14x14 (196 of 224 lanes) only with 512-bit vectors,
+    # except the 3x3 one over 40 channels: plane pairs, read in place (gather_at)
+    want = [True, True, True, vector_bits == 512] if isa.dot == "dpbf16ps" else [False] * 4
     assert chosen == want
 
 

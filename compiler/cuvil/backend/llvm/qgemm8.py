@@ -406,24 +406,32 @@ def _bcast(b, ptr32, index, vw, isa):
     return b.bitcast(s, ir.VectorType(code_type(isa), vw * isa.group))
 
 
-def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, valid, post=None, store=None):
+def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, valid, post=None, store=None,
+          taps: int = 1):
     """i32 accumulation over Kg groups (operands(kg) -> (mr activation-or-weight
     broadcasts, nv vectors, which side is the activation)), then rescale(acc, r, v) ->
     <vw x f32> stored into C. bf16 accumulates in f32 (rescale: None). `post(b, r, col,
     vec)` maps each whole f32 vector (tile row r, C column col) before it is stored.
     `store(b, vals)` takes the f32 vectors instead (vals[r][v], the vectors that hold
-    valid columns) and stores them itself."""
+    valid columns) and stores them itself. `taps` > 1 (dividing kg_n): the groups run as
+    kg_n / taps rounds of `taps` unrolled ones, operands((round, tap)) for each."""
     vty = ir.VectorType(F32 if isa.bf16 else I32, vw)
     accs = [[alloca_in_entry(b, vty) for _ in range(nv)] for _ in range(mr)]
     for row in accs:
         for a in row:
             b.store(ir.Constant(vty, [0.0 if isa.bf16 else 0] * vw), a)
-    with for_range(b, kg_n, name="kg") as kg:
+
+    def step(kg):
         av, bv, act_is_a = operands(kg)
         for r in range(mr):
             for v in range(nv):
                 act, wt = (av[r], bv[v]) if act_is_a else (bv[v], av[r])
                 b.store(_dot(b, isa, b.load(accs[r][v]), act, wt, vw), accs[r][v])
+    with for_range(b, kg_n // taps, name="kg") as kg:
+        if taps == 1:
+            step(kg)
+        for t in range(taps if taps > 1 else 0):
+            step((kg, t))
     fty = ir.VectorType(F32, vw)
     full = nv * vw if valid is None else (valid // vw) * vw
     if store is not None:
@@ -449,7 +457,20 @@ def _fixed(b, acc, ws, corr, vty):
     return b.add(acc, b.mul(ws, ir.Constant(vty, [corr] * vty.count))) if corr else acc
 
 
-def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, items, q_pitch=None, store=None):
+@dataclass(frozen=True)
+class Gather:
+    """Where emit_i8b_gemm's A groups lie when no matrix holds them: group (row m, kg =
+    round * len(taps) + t) is the i32 at A32[row_at(b, m) + round * pitch + taps[t]] (a
+    transposed bf16 conv reading its padded copy of plane pairs: a round per pair, one
+    group per tap)."""
+    A32: object
+    row_at: object
+    pitch: int
+    taps: tuple
+
+
+def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, items, q_pitch=None, store=None,
+                  gather: Gather | None = None):
     """C = A @ W: W int8 [K, N] in panels (int8_blob, packed; bf16_blob for a bf16 isa). Q: the codes of all of A
     ([M][Kg][G], emit_quantize_rows), or None: each tile quantizes its own rows of A
     (f32 [M, K], row stride lda) into a stack buffer first (a runtime M, no scratch).
@@ -457,7 +478,8 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
     apart: a transposed conv's im2col^T codes, emit_quantize_block).
     `store(b, row0, rows, col0, valid, vals)`: each finished tile's f32 vectors
     (vals[r][v]: row row0 + r, columns from col0 + v * vw; `valid` columns in all, None
-    for a whole panel) go there instead of into C (no epilogue then)."""
+    for a whole panel) go there instead of into C (no epilogue then).
+    `gather`: the groups of A are read where it says (Q and A unused)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     cp = -(-N // nr) * nr
@@ -466,11 +488,11 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
     if isa.bf16:  # i16 bits, no scales
         codes = b.bitcast(blob, I16.as_pointer())
     ity, fty = ir.VectorType(I32, vw), ir.VectorType(F32, vw)
-    own = Q is None
+    own = Q is None and gather is None
     if own:
         Q = b.bitcast(alloca_in_entry(b, ir.ArrayType(code_type(isa), mr_full * kg_n * g)),
                       code_type(isa).as_pointer())
-    q32 = b.bitcast(Q, I32.as_pointer())
+    q32 = None if Q is None else b.bitcast(Q, I32.as_pointer())
     s, corr = float(np.float32(aq.get("scale", 1.0))), _corr(aq, isa)
 
     def tile(row0, mr, p, valid):
@@ -478,13 +500,19 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
         panel = b.mul(p, i64(kg_n * nr * g))
         # group (row r, kg) of the codes at arow + r * r_step + kg * kg_step (i32 units)
         r_step, kg_step = (kg_n, 1) if q_pitch is None else (1, q_pitch)
-        if own:
+        if gather is not None:
+            row_base = [gather.row_at(b, b.add(row0, i64(r))) for r in range(mr)]
+        elif own:
             emit_quantize_rows(b, A, b.mul(row0, i64(lda)), lda, mr, K, Q, aq, isa, vw)
             arow = i64(0)
         else:
             arow = b.mul(row0, i64(r_step))
 
         def operands(kg):
+            if gather is not None:
+                rnd, t = kg
+                at = b.add(b.mul(rnd, i64(gather.pitch)), i64(gather.taps[t]))
+                kg = b.add(b.mul(rnd, i64(len(gather.taps))), i64(t))
             brow = b.add(panel, b.mul(kg, i64(nr * g)))
             bv = [_group_vec(b, codes, b.add(brow, i64(v * vw * g)), vw, isa, I16 if isa.bf16 else I8)
                   for v in range(nv)]
@@ -492,6 +520,8 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
                 prefetch_run(b, codes, b.add(brow, i64(kg_n * nr * g)), nr * g, 2 if isa.bf16 else 1)
             if g == 2 and not isa.bf16:
                 bv = [b.sext(x, ir.VectorType(I16, vw * g)) for x in bv]
+            if gather is not None:
+                return [_bcast(b, gather.A32, b.add(row_base[r], at), vw, isa) for r in range(mr)], bv, True
             kg_at = kg if kg_step == 1 else b.mul(kg, i64(kg_step))
             av = [_bcast(b, q32, b.add(b.add(arow, i64(r * r_step)), kg_at), vw, isa) for r in range(mr)]
             return av, bv, True
@@ -504,7 +534,7 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
         post, after = tile_post(epilogue, row0, valid, vw)
         own_store = None if store is None else (lambda bb, vals: store(bb, row0, mr, j0, valid, vals))
         _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C, b.mul(row0, i64(ldc)), ldc,
-              j0, valid, post, own_store)
+              j0, valid, post, own_store, 1 if gather is None else len(gather.taps))
         if after and store is None:
             epilogue(b, row0, mr, j0, nr if valid is None else valid)
     packed_items(b, M, N, vw, items, tile)
