@@ -8,7 +8,8 @@ Contract with the backend (codegen reads these attributes):
 - a `cuvil.fused` op may write over an operand of its own shape and dtype that dies at
   it (no later use, not aliased): it then has that operand's offset;
 - `scratch(op) > 0` reserves bytes live only during op: `attrs["scratch_offset"]`
-  (and `attrs["scratch_bytes"]`);
+  (and `attrs["scratch_bytes"]`); where the callback has `scratch.reads(op)`, the values
+  it names (read by op's kernel beyond its operands) live until op too;
 - symbolic dims are planned at their upper bounds (`fn.attrs["dim_bounds"]`, name ->
   [lo, hi]): the offsets are fixed, every shape within the bounds fits;
 - `fn.attrs["arena_size"]` is the arena's size (a multiple of ALIGN) and
@@ -93,8 +94,9 @@ class MemoryPlan:
         ops = fn.body.ops
         bounds = fn.attrs.get("dim_bounds") or {}
         last_use = {}
+        reads = getattr(self.scratch, "reads", None)
         for i, op in enumerate(ops):
-            for v in op.operands:
+            for v in [*op.operands, *(reads(op) if reads else ())]:
                 last_use[id(v)] = i
         returned = {id(v) for v in fn.outputs}
         home: dict[int, Buffer] = {}  # value id -> its buffer

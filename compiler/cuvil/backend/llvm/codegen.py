@@ -28,7 +28,7 @@ from .custom import emit_custom
 from .kernels import (EMITTERS, KernelArgs, conv_transposed, conv_weights_packed, conv_winograd, k_copy,
                       scratch_bytes, winograd_weights)
 from .gemm import pack_b
-from . import qkernels
+from . import fuse_pw_dw, qkernels
 from .qgemm8 import BF16_GENERIC, GENERIC, bf16_isa, int8_isa
 from .symbolic import FnSizes, KType, Size, SymbolicDecision, body_block, emitting
 from .weights import WEIGHTS_ALIGN, declare_weights
@@ -144,7 +144,8 @@ class _Codegen:
                 self._add_blob(id(op.result), qkernels.quantized_blob(op, self.vw, self.int8, self.bf16))
         self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
 
-    def kernel(self, op, aliased: bool) -> ir.Function:
+    def _signature(self, op, aliased: bool):
+        """(cache key, attrs, inlined constants, emitter) of op's kernel."""
         consts = {i: op.operands[i].defining_op.value.reshape(()).item()
                   for i in range(len(op.operands)) if _inlinable(op, i)}
         attrs = {k: v for k, v in op.attrs.items() if k not in _PLAN_ATTRS}
@@ -154,8 +155,6 @@ class _Codegen:
         key = "|".join([op.name, format_attrs(attrs), str(op.result.type),
                         ",".join(str(v.type) for v in op.operands), repr(sorted(consts.items())), str(aliased),
                         str(packed), str(q4), repr(bound)])
-        if key in self.kernels:
-            return self.kernels[key]
         emitter = k_copy if op.name == "cuvil.reshape" else EMITTERS.get(op.name)
         if op.name == "cuvil.custom":  # a call to a plugin's C function (custom.py)
             emitter = emit_custom
@@ -166,8 +165,12 @@ class _Codegen:
             emitter = EMITTERS["cuvil.fused"]
         if emitter is None:
             raise BackendError(f"no kernel for {op.name}" + (f" ({op.loc})" if op.loc else ""))
-        symbolic = bool(self._op_symbols(op))
-        n_args = 2 + len(op.operands)  # result, operands, scratch
+        if op_types_symbols(op) or op_is_symbolic(op):  # dim attributes (reshape's shape, slice's ends)
+            attrs = {k: ([self._dim(d) for d in v] if k in type(op).dim_attrs else v) for k, v in attrs.items()}
+        return key, attrs, consts, emitter
+
+    def _function(self, op, n_args: int, aliased: bool, symbolic: bool):
+        """A kernel function of n_args pointers (and the dims with `symbolic`), its builder."""
         params = [PTR] * n_args + ([I64.as_pointer()] if symbolic else [])
         f = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), params),
                         name=f"{self.prefix}_k{len(self.kernels)}_{op.name.split('.')[1]}")
@@ -180,18 +183,11 @@ class _Codegen:
         b = ir.IRBuilder(f.append_basic_block("entry"))
         if symbolic:
             body_block(b)
-        dims = f.args[n_args] if symbolic else None
-        types = [self._ktype(t) for t in [op.result.type] + [v.type for v in op.operands]]
-        typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer()) for a, t in zip(f.args[:n_args - 1], types)]
-        if op_types_symbols(op) or op_is_symbolic(op):  # dim attributes (reshape's shape, slice's ends)
-            attrs = {k: ([self._dim(d) for d in v] if k in type(op).dim_attrs else v) for k, v in attrs.items()}
-        args = KernelArgs(out=typed[0], out_type=types[0],
-                          ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
-                          in_types=types[1:], attrs=dict(attrs), consts=consts,
-                          vw=self.vw, scratch=f.args[n_args - 1], packed_b=packed, dims=dims,
-                          symbols=self.symbols, int8=self.int8, bf16=self.bf16)
+        return f, b
+
+    def _emit(self, op, f, b, emitter, args) -> None:
         try:
-            with emitting(FnSizes(f, dims, self.symbols)):
+            with emitting(FnSizes(f, args.dims, self.symbols)):
                 emitter(b, args)
         except BackendError:
             raise
@@ -202,6 +198,61 @@ class _Codegen:
             raise BackendError(f"code generation failed for {op.name}"
                                + (f" ({op.loc})" if op.loc else "") + f": {type(e).__name__}: {e}") from e
         b.ret_void()
+
+    def kernel(self, op, aliased: bool) -> ir.Function:
+        key, attrs, consts, emitter = self._signature(op, aliased)
+        if key in self.kernels:
+            return self.kernels[key]
+        symbolic = bool(self._op_symbols(op))
+        n_args = 2 + len(op.operands)  # result, operands, scratch
+        f, b = self._function(op, n_args, aliased, symbolic)
+        dims = f.args[n_args] if symbolic else None
+        types = [self._ktype(t) for t in [op.result.type] + [v.type for v in op.operands]]
+        typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer()) for a, t in zip(f.args[:n_args - 1], types)]
+        args = KernelArgs(out=typed[0], out_type=types[0],
+                          ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
+                          in_types=types[1:], attrs=dict(attrs), consts=consts,
+                          vw=self.vw, scratch=f.args[n_args - 1], packed_b=self._packs_b(op), dims=dims,
+                          symbols=self.symbols, int8=self.int8, bf16=self.bf16)
+        self._emit(op, f, b, emitter, args)
+        self.kernels[key] = f
+        return f
+
+    def fused_producer(self, op):
+        """The 1x1 conv that op (a depthwise conv) runs fused with on this target
+        (fuse_pw_dw), or None."""
+        a = fuse_pw_dw.pointwise_producer(op)
+        if a is None or not fuse_pw_dw.fusable(a, op, self.vw, self._packs_b(a), self._own_args(op)):
+            return None
+        return a
+
+    def _own_args(self, op, sig=None) -> KernelArgs:
+        """op's KernelArgs as far as its types, attrs and constants go (no pointers)."""
+        _, attrs, consts, _ = sig or self._signature(op, False)
+        return KernelArgs(out=None, out_type=self._ktype(op.result.type), ins=[None] * len(op.operands),
+                          in_types=[self._ktype(v.type) for v in op.operands], attrs=dict(attrs), consts=consts,
+                          vw=self.vw)
+
+    def fused_kernel(self, a, dw) -> ir.Function:
+        """The kernel of the 1x1 conv `a` fused into the depthwise conv `dw`: arguments
+        dw's result, a's operands, dw's operands from 1, the scratch."""
+        sigs = [self._signature(op, False) for op in (a, dw)]
+        key = "fused|" + "|".join(s[0] for s in sigs)
+        if key in self.kernels:
+            return self.kernels[key]
+        operands = [*a.operands, *dw.operands[1:]]
+        n_args = 2 + len(operands)
+        f, b = self._function(dw, n_args, False, False)
+        types = [self._ktype(v.type) for v in [dw.result, *operands]]
+        typed = [b.bitcast(p, MEM_TYPES[t.dtype].as_pointer()) for p, t in zip(f.args[:n_args - 1], types)]
+        na = len(a.operands)
+        nulls = set(sigs[0][2]) | {na - 1 + i for i in sigs[1][2]}
+        args = KernelArgs(out=typed[0], out_type=types[0],
+                          ins=[None if i in nulls else p for i, p in enumerate(typed[1:])], in_types=types[1:],
+                          attrs={}, vw=self.vw, scratch=f.args[n_args - 1], symbols=self.symbols, int8=self.int8,
+                          bf16=self.bf16)
+        own = [self._own_args(op, sig) for op, sig in zip((a, dw), sigs)]
+        self._emit(dw, f, b, lambda bb, k: fuse_pw_dw.emit(bb, k, a, dw, own[0], own[1], sigs[0][3]), args)
         self.kernels[key] = f
         return f
 
@@ -325,22 +376,32 @@ class _Codegen:
             loc[id(v)] = p
             return p
 
+        def operand_ptrs(op):
+            packed = self._packs_b(op)
+            return [None if _inlinable(op, i) else
+                    b.gep(wbase, [i64(self.weight_offsets[(id(v), "packed")])], inbounds=True) if packed and i == 1
+                    else where(v) for i, v in enumerate(op.operands)]
+
+        fused = {}  # id(depthwise conv) -> the 1x1 conv it runs fused with
         for op in fn.body.ops:
-            if op.name in ("cuvil.constant", "cuvil.dequantize", "cuvil.return") or op.attrs.get("alias"):
+            a = self.fused_producer(op) if op.name == "cuvil.conv2d" else None
+            if a is not None:
+                fused[id(op)] = a
+        absorbed = {id(a) for a in fused.values()}
+        for op in fn.body.ops:
+            if op.name in ("cuvil.constant", "cuvil.dequantize", "cuvil.return") or op.attrs.get("alias") \
+                    or id(op) in absorbed:
                 continue
             if len(op.results) != 1:
                 raise BackendError(f"{op.name}: multi-result ops are not supported by the backend")
-            packed = self._packs_b(op)
-            ptrs = [where(op.result)] + [
-                None if _inlinable(op, i) else
-                b.gep(wbase, [i64(self.weight_offsets[(id(v), "packed")])], inbounds=True) if packed and i == 1
-                else where(v) for i, v in enumerate(op.operands)]
+            a = fused.get(id(op))
+            ptrs = [where(op.result)] + (operand_ptrs(op) if a is None else operand_ptrs(a) + operand_ptrs(op)[1:])
             real = [p for p in ptrs if p is not None]
             aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"
             if scratch_bytes(op) and "scratch_offset" not in op.attrs:
                 raise BackendError(f"{op.name} needs {scratch_bytes(op)} bytes of scratch but has no "
                                    "scratch_offset: plan memory with the backend's scratch sizes")
-            kern = self.kernel(op, aliased)
+            kern = self.kernel(op, aliased) if a is None else self.fused_kernel(a, op)
             scratch = (b.gep(arena, [i64(op.attrs["scratch_offset"])], inbounds=True)
                        if "scratch_offset" in op.attrs else ir.Constant(PTR, None))
             args = [p if p is not None else ir.Constant(PTR, None) for p in ptrs] + [scratch]

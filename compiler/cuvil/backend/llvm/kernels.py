@@ -426,7 +426,8 @@ def _im2col_bytes(x: TensorType, w: TensorType, out: TensorType) -> int:
 def scratch_bytes(op) -> int:
     """Scratch memory a kernel needs while it runs (the memory planner reserves it): the
     GEMM convolutions pack their B operand (im2col or the input planes) in panels; an
-    int8 matmul keeps its quantized A (qkernels.int8_scratch_bytes)."""
+    int8 matmul keeps its quantized A (qkernels.int8_scratch_bytes); a depthwise conv
+    fused with the 1x1 conv it reads holds its bands (fuse_pw_dw)."""
     if op.name == "cuvil.matmul":
         from .qkernels import int8_scratch_bytes
         return int8_scratch_bytes(op)
@@ -434,8 +435,9 @@ def scratch_bytes(op) -> int:
         return 0
     x, w = (v.type for v in op.operands[:2])
     _, gemm = conv_geometry(x, w, op.result.type, op.attrs)
-    if not gemm:
-        return 0
+    if not gemm:  # a depthwise conv that may run fused with the 1x1 conv before it
+        from .fuse_pw_dw import scratch_bytes as fused_scratch
+        return fused_scratch(op)
     # The memory plan does not know the target: a conv that runs transposed on some
     # vector width reserves the larger of the two forms' scratch.
     from .qkernels import bf16_transposable
@@ -445,6 +447,17 @@ def scratch_bytes(op) -> int:
     if _transposable(op) and _winograd_shape(x, w, op.result.type, op.attrs, 16):
         need = max(need, _winograd_scratch(w, op.result.type))
     return need
+
+
+def _fused_reads(op) -> tuple:
+    """Values op's kernel reads beyond its operands: a depthwise conv fused with the 1x1
+    conv before it reads that conv's operands (fuse_pw_dw)."""
+    from .fuse_pw_dw import pointwise_producer
+    a = pointwise_producer(op) if op.name == "cuvil.conv2d" else None
+    return () if a is None else tuple(a.operands)
+
+
+scratch_bytes.reads = _fused_reads  # the memory plan keeps them alive until op
 
 
 def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transposed: bool,
@@ -1457,7 +1470,10 @@ def k_conv2d_depthwise_masked(b, k: KernelArgs):
     image are handled at compile time (the border blocks are unrolled, the others run in
     a loop); the last vector of a row is stored masked. The epilogue is applied in
     registers where its extra operands are one value per plane (a bias), else to each
-    block once it is stored. Against the row kernel (k_conv2d_depthwise), MobileNetV2's
+    block once it is stored. `attrs["out_plane_pitch"]` (fuse_pw_dw: a band of output
+    rows, stored into the whole result's planes): elements from one output plane to the
+    next, where they are not oh * ow (the epilogue must then run in registers). Against
+    the row kernel (k_conv2d_depthwise), MobileNetV2's
     depthwise convs at one thread on Zen 5: AVX-512 1.78 -> 0.51 ms; AVX2 code on the
     same core 0.82 -> 0.56 ms (not measured on an AVX2-only CPU)."""
     xt, wt = k.in_types[:2]
@@ -1478,7 +1494,7 @@ def k_conv2d_depthwise_masked(b, k: KernelArgs):
         X, O = k2.ins[0], k2.out
         xplane, wts = _dw_plane(b, k2, t)
         wv = [_splat(b, v, vty) for v in wts]
-        oplane = b.mul(t, i64(oh * ow))
+        oplane = b.mul(t, i64(k.attrs.get("out_plane_pitch", oh * ow)))
         epi = _row_epilogue(k2, 2, 2) if epi_all is not None else None
 
         def block(y0, rows: int, first: int | None):
