@@ -127,7 +127,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     `qat_mode=True` (quantization "none" or "int8_sym", no calibration) a model without
     such nodes is an error."""
     from .backend.llvm.codegen import generate
-    from .backend.llvm.kernels import scratch_bytes
+    from .backend.llvm.kernels import memory_plan_options
     from .backend.llvm.target import compile_to_object, host_target
     from .backend.llvm.weights import weights_object
     from .build import make_manifest, signature_ir
@@ -150,9 +150,9 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
         qopts["calibration"] = tuple(tuple(np.asarray(a) for a in (c if isinstance(c, (tuple, list)) else (c,)))
                                      for c in calibration)
     ir_module = _to_ir(module, example_inputs, dynamic_shapes, dim_bounds)
-    run_pipeline(ir_module, default_pipeline(memory_plan={"scratch": scratch_bytes}, quantize_weights=qopts,
-                                             fold_fake_quant={"required": qat_mode}))
     target = target or host_target()
+    run_pipeline(ir_module, default_pipeline(memory_plan=memory_plan_options(target.vector_bits),
+                                             quantize_weights=qopts, fold_fake_quant={"required": qat_mode}))
     gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize, target=target)
     if jit:
         from .backend.llvm.jit import JitEngine

@@ -439,11 +439,12 @@ def resolve_target(opts: dict):
     return Target.from_triple(TRIPLES[arch], cpu, features)
 
 
-def optimised_module(cvir: Path, opts: dict, report: bool = False):
+def optimised_module(cvir: Path, opts: dict, report: bool = False, vector_bits: int | None = None):
     """The compile stage up to code generation: the bundle read and named per opts, then
     the pass pipeline with opts' quantization. Returns (module, fp32 weight bytes).
-    `report` has int8_sym record every candidate layer (`cuvil quant-report`)."""
-    from .backend.llvm.kernels import scratch_bytes
+    `report` has int8_sym record every candidate layer (`cuvil quant-report`);
+    `vector_bits`: the target's, for the memory plan's in-place convs (none without)."""
+    from .backend.llvm.kernels import memory_plan_options
     from .ir import read_bundle
     from .passes.pipeline import default_pipeline, run_pipeline
     from .passes.quantize_weights import weight_bytes
@@ -476,7 +477,7 @@ def optimised_module(cvir: Path, opts: dict, report: bool = False):
                                                         opts.get("calibration_preprocess", opts["preprocess"])))
     if report and q == "int8_sym" and not qat:
         qopts["report"] = True
-    passes = default_pipeline(memory_plan={"scratch": scratch_bytes},
+    passes = default_pipeline(memory_plan=memory_plan_options(vector_bits),
                               quantize_weights={"method": "none" if qat else q, **({} if qat else qopts),
                                                 "precision": opts.get("precision", "f32")},
                               fold_fake_quant={"required": qat, "activation": qopts.get("activation", "") if qat else ""},
@@ -495,8 +496,8 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     from .passes.quantize_weights import weight_bytes
 
     q = opts["quantization"]
-    module, weights_before = optimised_module(cvir, opts)
     target = resolve_target(opts)
+    module, weights_before = optimised_module(cvir, opts, vector_bits=target.vector_bits)
     name = opts["name"]
     gen = generate(module, name, target.vector_bits, specialize=opts.get("specialize") or (), target=target)
     plugins = opts.get("plugins") or {"postprocess": None, "custom_ops": []}

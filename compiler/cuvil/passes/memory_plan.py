@@ -6,7 +6,10 @@ Contract with the backend (codegen reads these attributes):
 - a `cuvil.reshape` of an arena value whose result is not returned is an alias:
   `attrs["alias"] = True` and its operand's offset; the operand lives as long as it;
 - a `cuvil.fused` op may write over an operand of its own shape and dtype that dies at
-  it (no later use, not aliased): it then has that operand's offset;
+  it (no later use, not aliased): it then has that operand's offset; so may a
+  `cuvil.conv2d` over an epilogue operand (2 on) where `in_place_conv(op)` says its
+  kernel reads each such value before writing it (the backend's
+  kernels.residual_in_place for the target; the code generator checks it again);
 - `scratch(op) > 0` reserves bytes live only during op: `attrs["scratch_offset"]`
   (and `attrs["scratch_bytes"]`); where the callback has `scratch.reads(op)`, the values
   it names (read by op's kernel beyond its operands) live until op too;
@@ -85,6 +88,7 @@ class MemoryPlan:
     name = "memory-plan"
     scratch: Optional[Callable[[Op], int]] = None
     in_place: bool = True
+    in_place_conv: Optional[Callable[[Op], bool]] = None
 
     def apply(self, module: Module) -> None:
         for fn in module.functions.values():
@@ -137,13 +141,20 @@ class MemoryPlan:
 
     def _reuse(self, op: Op, i: int, home: dict, last_use: dict) -> Buffer | None:
         """The buffer op's result shares: its operand's for a reshape alias, a dying
-        operand's for an in-place fused op; else None."""
+        operand's for an in-place fused op or residual conv; else None."""
         if op.name == "cuvil.reshape":
             return home.get(id(op.operands[0]))
-        if op.name != "cuvil.fused" or not self.in_place:
+        if not self.in_place:
+            return None
+        if op.name == "cuvil.fused":
+            candidates = op.operands
+        elif op.name == "cuvil.conv2d" and self.in_place_conv is not None and self.in_place_conv(op):
+            # not a residual that is also the conv's input (read at other positions)
+            candidates = [v for v in op.operands[2:] if all(v is not w for w in op.operands[:2])]
+        else:
             return None
         r = op.result
-        for v in op.operands:
+        for v in candidates:
             buf = home.get(id(v))
             if buf is None or buf.has_alias or (v.shape, v.dtype) != (r.shape, r.dtype):
                 continue
@@ -169,8 +180,9 @@ class _Span:
 
 def check_plan(fn: Function) -> None:
     """Assert that no two tensors (or scratch areas) that are live at the same time
-    share arena bytes, except a reshape alias and its operand, and a fused op's result
-    and the same-shaped operand it overwrites as that operand dies."""
+    share arena bytes, except a reshape alias and its operand, and a fused op's (or an
+    in-place conv's) result and the same-shaped operand it overwrites as that operand
+    dies."""
     ops = fn.body.ops
     returned = {id(v) for v in fn.outputs}
     size = fn.attrs.get("arena_size", 0)
@@ -213,12 +225,14 @@ def check_plan(fn: Function) -> None:
 
 
 def _overwrites(ops, root, old: _Span, new: _Span) -> bool:
-    """`new` is a fused op's result written over the bytes of an operand dying there,
-    read element for element (same shape)."""
+    """`new` is a fused op's result (or a conv's, over an epilogue operand) written over
+    the bytes of an operand dying there, read element for element (same shape)."""
     op = ops[new.at]
-    if new.owner is None or old.owner is None or op.name != "cuvil.fused" or old.end != new.start:
+    if new.owner is None or old.owner is None or op.name not in ("cuvil.fused", "cuvil.conv2d") \
+            or old.end != new.start:
         return False
     if (old.lo, old.hi) != (new.lo, new.hi):
         return False
-    mine = [v for v in op.operands if root.get(id(v)) is old.owner]
+    operands = op.operands if op.name == "cuvil.fused" else op.operands[2:]
+    mine = [v for v in operands if root.get(id(v)) is old.owner]
     return bool(mine) and all(v.shape == new.owner.shape for v in mine)

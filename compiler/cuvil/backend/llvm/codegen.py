@@ -26,7 +26,7 @@ from ...ir.types import TensorType
 from .emit import I8, I64, MEM_TYPES, PTR, i64
 from .custom import emit_custom
 from .kernels import (EMITTERS, KernelArgs, conv_transposed, conv_weights_packed, conv_winograd, k_copy,
-                      scratch_bytes, winograd_weights)
+                      residual_in_place, scratch_bytes, winograd_weights)
 from .gemm import pack_b
 from . import fuse_pw_dw, qkernels
 from .qgemm8 import BF16_GENERIC, GENERIC, bf16_isa, int8_isa
@@ -398,6 +398,13 @@ class _Codegen:
             ptrs = [where(op.result)] + (operand_ptrs(op) if a is None else operand_ptrs(a) + operand_ptrs(op)[1:])
             real = [p for p in ptrs if p is not None]
             aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"
+            planned = op.attrs.get("arena_offset")
+            if op.name == "cuvil.conv2d" and planned is not None and not residual_in_place(op, self.vw) and any(
+                    v.defining_op is not None and v.defining_op.attrs.get("arena_offset") == planned
+                    for v in op.operands[2:]):
+                raise BackendError(f"{op.name}" + (f" ({op.loc})" if op.loc else "") + " was planned to write over its "
+                                   f"residual, which its kernel at {self.vw * 32}-bit vectors cannot: plan memory "
+                                   "for this target (kernels.memory_plan_options)")
             if scratch_bytes(op) and "scratch_offset" not in op.attrs:
                 raise BackendError(f"{op.name} needs {scratch_bytes(op)} bytes of scratch but has no "
                                    "scratch_offset: plan memory with the backend's scratch sizes")
