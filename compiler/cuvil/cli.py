@@ -150,7 +150,7 @@ def _cmd_run(args) -> int:
 def _cmd_inspect(args) -> int:
     if not args.bundle.endswith(".cvir"):
         return _print_signatures(Path(args.bundle))
-    from .backend.llvm.kernels import scratch_bytes
+    from .backend.llvm.kernels import memory_plan_options
     from .ir import print_module, read_bundle
     from .passes.pipeline import default_pipeline, run_pipeline
 
@@ -159,7 +159,7 @@ def _cmd_inspect(args) -> int:
     params = sum(int(w.size) for w in weights.values())
     wbytes = sum(int(w.nbytes) for w in weights.values())
     if not args.raw:
-        run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
+        run_pipeline(module, default_pipeline(memory_plan=memory_plan_options()))
     if not args.summary:
         sys.stdout.write(print_module(module))
     fn = module.main

@@ -101,3 +101,17 @@ def test_an_expand_read_elsewhere_is_not_fused():
     got = cuvil.compile(model, (x,))(x.numpy())
     for g, want in zip(got, model(x)):
         np.testing.assert_allclose(g, want.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_plan_without_the_backends_reads_runs_the_pair_unfused():
+    """Planned with the scratch sizes alone, the depthwise conv's result or scratch may
+    take the bytes of the expand's input, which dies at the expand: the code generator
+    then keeps the two kernels apart instead of reading overwritten input."""
+    from cuvil.backend.llvm.kernels import scratch_bytes
+    from cuvil.passes.pipeline import default_pipeline, run_pipeline
+    x = torch.randn(1, 8, 112, 112, generator=torch.Generator().manual_seed(6))   # there it does take them
+    module = _to_ir(_Inverted(8, 48, 2).eval(), (x,))
+    run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
+    ref = interpreter.run(module, [x.numpy()])[0]
+    got = run_native(module, [x.numpy()], 512)[0]
+    assert float(np.abs(got - ref).max()) <= 1e-5 * float(np.abs(ref).max())

@@ -156,7 +156,7 @@ def test_dynamic_shapes_need_names_and_bounds():
 
 def test_specialisations_are_compiled_alongside_and_dispatched():
     from cuvil.backend.llvm.codegen import generate
-    from cuvil.backend.llvm.kernels import scratch_bytes
+    from cuvil.backend.llvm.kernels import memory_plan_options
     from cuvil.frontends.torch import capture_torch
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
 
@@ -165,7 +165,7 @@ def test_specialisations_are_compiled_alongside_and_dispatched():
     kw = dict(dynamic_shapes=[("b", "s", 16)], dim_bounds=BOUNDS)
     specs = [{"b": 1, "s": 17}, {"s": 40}]
     module = capture_torch(model, (_randn(0, 2, 3, 16),), **kw)
-    run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
+    run_pipeline(module, default_pipeline(memory_plan=memory_plan_options()))
     gen = generate(module, "m", 512, specialize=specs)
     for name in ("m_forward_any", "m_forward_s0", "m_forward_s1"):
         assert f'define internal void @"{name}"' in gen.llvm_ir
@@ -184,7 +184,7 @@ def test_specialisations_are_compiled_alongside_and_dispatched():
 
 def test_symbolic_code_generation_is_deterministic():
     from cuvil.backend.llvm.codegen import generate
-    from cuvil.backend.llvm.kernels import scratch_bytes
+    from cuvil.backend.llvm.kernels import memory_plan_options
     from cuvil.backend.llvm.target import compile_to_object, host_target
     from cuvil.frontends.torch import capture_torch
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
@@ -194,7 +194,7 @@ def test_symbolic_code_generation_is_deterministic():
     for _ in range(2):
         model = Fn(lambda x, w: torch.softmax(x @ w, 1), nn.Parameter(w.clone(), requires_grad=False)).eval()
         module = capture_torch(model, (_randn(0, 2, 3, 16),), dynamic_shapes=[("b", "s", 16)], dim_bounds=BOUNDS)
-        run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
+        run_pipeline(module, default_pipeline(memory_plan=memory_plan_options()))
         gen = generate(module, "m", host_target().vector_bits, specialize=[{"s": 8}])
         outputs.append((gen.llvm_ir, gen.weights, compile_to_object(gen.llvm_ir, host_target())))
     assert outputs[0] == outputs[1]

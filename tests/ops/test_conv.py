@@ -226,12 +226,12 @@ def test_pointwise_convs_read_their_input_planes_in_place(vector_bits, hw):
     import numpy as np
 
     from cuvil.api import _to_ir
-    from cuvil.backend.llvm.kernels import scratch_bytes
+    from cuvil.backend.llvm.kernels import memory_plan_options
     from cuvil.ir import interpreter
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
     from tests.quant.helpers import run_native
     xs = (seeded(13, 2, 24, *hw), seeded(14, 2, 16, *hw))
-    module = run_pipeline(_to_ir(_Pointwise(), xs), default_pipeline(memory_plan={"scratch": scratch_bytes}))
+    module = run_pipeline(_to_ir(_Pointwise(), xs), default_pipeline(memory_plan=memory_plan_options()))
     assert [op.name for op in module.main.body.ops].count("cuvil.conv2d") == 3
     arrays = [x.numpy() for x in xs]
     with torch.no_grad():

@@ -7,14 +7,14 @@ import numpy as np
 from cuvil.api import _JitModel
 from cuvil.backend.llvm.codegen import generate
 from cuvil.backend.llvm.jit import JitEngine
-from cuvil.backend.llvm.kernels import scratch_bytes
+from cuvil.backend.llvm.kernels import memory_plan_options
 from cuvil.backend.llvm.target import host_target
 from cuvil.passes.pipeline import default_pipeline, run_pipeline
 
 
 def quantized(module, method: str, **options):
     """Run the default pipeline with quantization `method` on `module` (in place)."""
-    return run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes},
+    return run_pipeline(module, default_pipeline(memory_plan=memory_plan_options(),
                                                  quantize_weights={"method": method, **options}),
                         verify_each=True)
 

@@ -218,25 +218,29 @@ def test_bf16_convs_from_plane_pairs_give_two_threads_the_bits_of_one():
     _two_threads_give_the_bits_of_one(model, x)
 
 
+class _SharedWeight(torch.nn.Module):
+    """`use(conv, x)`: a model that applies one conv's weight twice."""
+
+    def __init__(self, conv, use):
+        super().__init__()
+        self.conv, self.use = conv, use
+
+    def forward(self, x):
+        return self.use(self.conv, x)
+
+
 def test_bf16_weight_shared_by_a_dilated_and_a_plain_conv_is_a_clear_error():
     """The plain conv would read the weight in pair order, the dilated one (no padded
     copy) in channel order: one blob cannot serve both."""
     if not HOST_BF16:
         pytest.skip("this CPU has no AVX-512-BF16")
     torch.manual_seed(18)
-    conv = torch.nn.Conv2d(8, 8, 3, padding=1)
-
-    class Shared(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = conv
-
-        def forward(self, x):
-            return self.conv(x) + torch.nn.functional.conv2d(x, self.conv.weight, None, padding=2, dilation=2)
+    model = _SharedWeight(torch.nn.Conv2d(8, 8, 3, padding=1), lambda conv, x: conv(x) + torch.nn.functional.conv2d(
+        x, conv.weight, None, padding=2, dilation=2)).eval()
     x = torch.randn(1, 8, 12, 12)
-    assert cuvil.compile(Shared().eval(), (x,))(x.numpy())[0].shape == (1, 8, 12, 12)   # f32: fine
+    assert cuvil.compile(model, (x,))(x.numpy())[0].shape == (1, 8, 12, 12)   # f32: fine
     with pytest.raises(CuvilError, match="shared by convs with and without a padded input copy"):
-        cuvil.compile(Shared().eval(), (x,), precision="bf16")
+        cuvil.compile(model, (x,), precision="bf16")
 
 
 def test_bf16_weight_shared_by_a_transposed_and_a_plain_conv_is_a_clear_error():
@@ -245,20 +249,13 @@ def test_bf16_weight_shared_by_a_transposed_and_a_plain_conv_is_a_clear_error():
     if not HOST_BF16:
         pytest.skip("this CPU has no AVX-512-BF16")
     torch.manual_seed(19)
-    conv = torch.nn.Conv2d(5, 8, 3, padding=1)
-
-    class Shared(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = conv
-
-        def forward(self, x):
-            return self.conv(x).mean() + self.conv(torch.nn.functional.avg_pool2d(x, 4)).mean()
+    model = _SharedWeight(torch.nn.Conv2d(5, 8, 3, padding=1), lambda conv, x: conv(x).mean() + conv(
+        torch.nn.functional.avg_pool2d(x, 4)).mean()).eval()
     x = torch.randn(1, 5, 28, 28)
-    want = Shared().eval()(x).detach().numpy()
-    np.testing.assert_allclose(cuvil.compile(Shared().eval(), (x,))(x.numpy())[0], want, rtol=1e-5, atol=1e-6)
+    want = model(x).detach().numpy()
+    np.testing.assert_allclose(cuvil.compile(model, (x,))(x.numpy())[0], want, rtol=1e-5, atol=1e-6)
     with pytest.raises(CuvilError, match="shared by a transposed conv"):
-        cuvil.compile(Shared().eval(), (x,), precision="bf16")
+        cuvil.compile(model, (x,), precision="bf16")
 
 
 class _ThinPlanes(torch.nn.Module):

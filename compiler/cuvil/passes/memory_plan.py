@@ -11,8 +11,8 @@ Contract with the backend (codegen reads these attributes):
   kernel reads each such value before writing it (the backend's
   kernels.residual_in_place for the target; the code generator checks it again);
 - `scratch(op) > 0` reserves bytes live only during op: `attrs["scratch_offset"]`
-  (and `attrs["scratch_bytes"]`); where the callback has `scratch.reads(op)`, the values
-  it names (read by op's kernel beyond its operands) live until op too;
+  (and `attrs["scratch_bytes"]`); `reads(op)` names values op's kernel reads beyond its
+  operands, which then live until op too;
 - symbolic dims are planned at their upper bounds (`fn.attrs["dim_bounds"]`, name ->
   [lo, hi]): the offsets are fixed, every shape within the bounds fits;
 - `fn.attrs["arena_size"]` is the arena's size (a multiple of ALIGN) and
@@ -25,7 +25,7 @@ gap between the tensors already placed whose lifetimes overlap its own (best fit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ..errors import CuvilError
 from ..ir import Function, Module, Op, Value
@@ -89,6 +89,7 @@ class MemoryPlan:
     scratch: Optional[Callable[[Op], int]] = None
     in_place: bool = True
     in_place_conv: Optional[Callable[[Op], bool]] = None
+    reads: Optional[Callable[[Op], Sequence[Value]]] = None
 
     def apply(self, module: Module) -> None:
         for fn in module.functions.values():
@@ -98,9 +99,8 @@ class MemoryPlan:
         ops = fn.body.ops
         bounds = fn.attrs.get("dim_bounds") or {}
         last_use = {}
-        reads = getattr(self.scratch, "reads", None)
         for i, op in enumerate(ops):
-            for v in [*op.operands, *(reads(op) if reads else ())]:
+            for v in [*op.operands, *(self.reads(op) if self.reads else ())]:
                 last_use[id(v)] = i
         returned = {id(v) for v in fn.outputs}
         home: dict[int, Buffer] = {}  # value id -> its buffer

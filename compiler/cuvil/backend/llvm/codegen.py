@@ -23,7 +23,7 @@ from ...ir.interpreter import PLAN_ATTRS
 from ...ir import symdim
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
-from .emit import I8, I64, MEM_TYPES, PTR, i64
+from .emit import I8, I64, MEM_TYPES, PTR, emit_memcpy, i64
 from .custom import emit_custom
 from .kernels import (EMITTERS, KernelArgs, conv_transposed, conv_weights_packed, conv_winograd, k_copy,
                       residual_in_place, scratch_bytes, winograd_weights)
@@ -222,8 +222,19 @@ class _Codegen:
         """The 1x1 conv that op (a depthwise conv) runs fused with on this target
         (fuse_pw_dw), or None."""
         a = fuse_pw_dw.pointwise_producer(op)
-        if a is None or not fuse_pw_dw.fusable(a, op, self.vw, self._packs_b(a), self._own_args(op)):
+        if a is None or "scratch_offset" not in op.attrs or \
+                not fuse_pw_dw.fusable(a, op, self.vw, self._packs_b(a), self._own_args(op)):
             return None
+        # a plan made without the backend's `reads` (kernels.memory_plan_options) may have
+        # given op's scratch or result the bytes of the 1x1 conv's operands: then both run
+        # unfused
+        written = [(op.attrs["scratch_offset"], op.attrs["scratch_bytes"])]
+        if "arena_offset" in op.attrs:
+            written.append((op.attrs["arena_offset"], self._ktype(op.result.type).nbytes))
+        for v in a.operands:
+            at = v.defining_op.attrs.get("arena_offset") if v.defining_op is not None else None
+            if at is not None and any(at < lo + n and lo < at + self._ktype(v.type).nbytes for lo, n in written):
+                return None
         return a
 
     def _own_args(self, op, sig=None) -> KernelArgs:
@@ -422,9 +433,7 @@ class _Codegen:
         for j, v in enumerate(outs):
             if direct.get(id(v)) == j:
                 continue
-            n = self._ktype(v.type).nbytes
-            memcpy = self.mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-            b.call(memcpy, [out_ptrs[j], where(v), i64(n), ir.Constant(ir.IntType(1), 0)])
+            emit_memcpy(b, out_ptrs[j], where(v), self._ktype(v.type).nbytes)
         b.ret_void()
 
 

@@ -77,6 +77,12 @@ def store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, index: ir.Value, dtyp
     b.store(value, b.gep(ptr, [index], inbounds=True))
 
 
+def emit_memcpy(b: ir.IRBuilder, dst: ir.Value, src: ir.Value, nbytes: int) -> None:
+    """Copy nbytes (a compile-time count) from src to dst (any pointers, not overlapping)."""
+    fn = b.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+    b.call(fn, [b.bitcast(dst, PTR), b.bitcast(src, PTR), i64(nbytes), ir.Constant(ir.IntType(1), 0)])
+
+
 def intrinsic(b: ir.IRBuilder, name: str, args: Sequence[ir.Value]) -> ir.Value:
     """Call a type-overloaded LLVM intrinsic whose operands and result share one type."""
     ty = args[0].type

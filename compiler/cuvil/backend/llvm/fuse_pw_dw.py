@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llvmlite import ir
-
-from .emit import F32, I8, i64
+from .emit import F32, I8, emit_memcpy, i64
 from .kernels import (KernelArgs, _conv_scratch, _row_epilogue, conv_geometry, depthwise, k_conv2d, masked_vectors,
                       parallel, thin_panels)
 from .loops import for_range
@@ -165,12 +163,6 @@ def fusable(a, b, vw: int, packs_b: bool, dw_args: KernelArgs) -> bool:
                                                                    plan(a, b).runs])
 
 
-def _memcpy(b, dst, src, nbytes: int):
-    i8p = I8.as_pointer()
-    fn = b.module.declare_intrinsic("llvm.memcpy", [i8p, i8p, ir.IntType(64)])
-    b.call(fn, [b.bitcast(dst, i8p), b.bitcast(src, i8p), i64(nbytes), ir.Constant(ir.IntType(1), 0)])
-
-
 def emit(b, k: KernelArgs, a, dw, a_args: KernelArgs, dw_args: KernelArgs, emit_a):
     """The fused kernel. k: the call's arguments (out: the depthwise conv's result; ins:
     the 1x1 conv's operands, then the depthwise conv's from operand 1); a_args / dw_args:
@@ -200,7 +192,7 @@ def emit(b, k: KernelArgs, a, dw, a_args: KernelArgs, dw_args: KernelArgs, emit_
                 r0 = b.add(b.mul(y0, i64(sh)), i64(pad - pt))
                 with for_range(b, kin, name="ci") as ci:  # the band's rows of each input plane
                     src = b.mul(b.add(b.mul(b.add(b.mul(ni, i64(kin)), ci), i64(h)), r0), i64(w))
-                    _memcpy(b, b.gep(inp, [b.mul(ci, i64(held * w))], inbounds=True),
+                    emit_memcpy(b, b.gep(inp, [b.mul(ci, i64(held * w))], inbounds=True),
                             b.gep(x, [src], inbounds=True), held * w * 4)
                 emit_a(b, KernelArgs(out=buf, out_type=KType((1, c, held, w)), ins=[inp] + k2.ins[1:na],
                                      in_types=[KType((1, kin, held, w))] + a_args.in_types[1:],

@@ -450,10 +450,11 @@ def scratch_bytes(op) -> int:
 
 
 def memory_plan_options(vector_bits: int | None = None) -> dict:
-    """The memory-plan pass's options for this backend: its scratch sizes and, for a
-    target of `vector_bits`, the convs that may write over a residual (residual_in_place;
-    none where the target is not known yet)."""
-    opts = {"scratch": scratch_bytes}
+    """The memory-plan pass's options for this backend: its scratch sizes, the values
+    fused kernels read beyond their operands and, for a target of `vector_bits`, the
+    convs that may write over a residual (residual_in_place; none where the target is
+    not known yet)."""
+    opts = {"scratch": scratch_bytes, "reads": _fused_reads}
     if vector_bits:
         opts["in_place_conv"] = lambda op: residual_in_place(op, max(vector_bits // 32, 1))
     return opts
@@ -465,9 +466,6 @@ def _fused_reads(op) -> tuple:
     from .fuse_pw_dw import pointwise_producer
     a = pointwise_producer(op) if op.name == "cuvil.conv2d" else None
     return () if a is None else tuple(a.operands)
-
-
-scratch_bytes.reads = _fused_reads  # the memory plan keeps them alive until op
 
 
 def _conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transposed: bool,

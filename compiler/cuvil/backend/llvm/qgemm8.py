@@ -430,8 +430,9 @@ def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, val
     with for_range(b, kg_n // taps, name="kg") as kg:
         if taps == 1:
             step(kg)
-        for t in range(taps if taps > 1 else 0):
-            step((kg, t))
+        else:
+            for t in range(taps):
+                step((kg, t))
     fty = ir.VectorType(F32, vw)
     full = nv * vw if valid is None else (valid // vw) * vw
     if store is not None:
