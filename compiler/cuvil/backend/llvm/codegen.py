@@ -89,6 +89,7 @@ class _Codegen:
         self.bounds = {k: tuple(v) for k, v in (self.fn.attrs.get("dim_bounds") or {}).items()}
         self.symbols = symbol_order(module, self.bounds)
         self.fixed: dict[str, int] = {}  # the specialisation being emitted (symbol -> value)
+        self.pairs: set[int] = set()  # ids of the ops whose results are plane pairs of codes (generate)
 
     # -- symbolic dims, as seen by the forward being emitted ----------------------------------
     def _dim(self, d):
@@ -149,6 +150,10 @@ class _Codegen:
         consts = {i: op.operands[i].defining_op.value.reshape(()).item()
                   for i in range(len(op.operands)) if _inlinable(op, i)}
         attrs = {k: v for k, v in op.attrs.items() if k not in _PLAN_ATTRS}
+        if id(op) in self.pairs:
+            attrs["out_pairs"] = True
+        if op.operands and op.operands[0].defining_op is not None and id(op.operands[0].defining_op) in self.pairs:
+            attrs["in_pairs"] = True
         packed = self._packs_b(op)
         q4 = qkernels.quantized_weight(op)
         bound = sorted((k, v) for k, v in self.fixed.items() if k in op_types_symbols(op))
@@ -301,6 +306,12 @@ class _Codegen:
     def generate(self) -> Generated:
         fn = self.fn
         self.layout_weights()
+        fused = set()  # the convs of expand/depthwise pairs that run as one kernel
+        for op in fn.body.ops:
+            a = self.fused_producer(op) if op.name == "cuvil.conv2d" else None
+            if a is not None:
+                fused |= {id(a), id(op)}
+        self.pairs = qkernels.stored_pairs(fn.body.ops, {id(v) for v in fn.outputs}, self.bf16, self.vw, fused)
         wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
         if not self.specializations:
             self._forward(f"{self.prefix}_forward", fn, wsym)

@@ -857,12 +857,14 @@ def _vector_transpose(b, rows):
     return rows
 
 
-def transposed_store(b, k2: KernelArgs, ni):
+def transposed_store(b, k2: KernelArgs, ni, pairs=None):
     """For a transposed conv whose epilogue is absent or runs in registers: a GEMM tile
     store(b, row0, rows, col0, valid, vals) that writes the tile's vectors (vals[r][v]:
     pixel row0 + r, channels from col0 + v * vw) transposed in registers straight into
     image ni's NCHW result, each channel's rows pixels (rows <= vw) in one masked store,
     after the epilogue. `valid`: the channels of a ragged last panel (None: a whole one).
+    `pairs` (a bf16 Int8Isa; `out_pairs`): the result is plane pairs of codes, channels
+    2i and 2i + 1 stored together as one vector of their codes (qkernels.pair_codes).
     Used by the bf16 transposed convs (qkernels): the f32 ones, tried with it, measured
     1-5% slower on ResNet-50 in 3 of 4 interleaved runs (MobileNetV2 3% faster) and keep
     their transpose pass."""
@@ -874,6 +876,19 @@ def transposed_store(b, k2: KernelArgs, ni):
     def store(b, row0, rows, col0, valid, vals):
         for v in range(len(vals[0])):
             lanes = _vector_transpose(b, [vals[r][v] for r in range(rows)] + [zero] * (vw - rows))
+            if pairs is not None:
+                from .qkernels import pair_codes
+                for j in range(0, vw, 2):  # channels col0 + v * vw + j and the next (an even count)
+                    if valid is not None and v * vw + j >= valid:
+                        break
+                    ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
+                    v0, v1 = lanes[j], lanes[j + 1]
+                    if epi is not None:
+                        v0, v1 = epi.apply(b, ch, row0, v0), epi.apply(b, b.add(ch, i64(1)), row0, v1)
+                    at = b.add(b.mul(b.sdiv(ch, i64(2)), i64(p)), row0)
+                    _store_lanes(b, pair_codes(b, v0, v1, pairs),
+                                 b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
+                continue
             for j, vec in enumerate(lanes):  # channel col0 + v * vw + j: pixels row0 ..
                 if valid is not None and v * vw + j >= valid:
                     break
@@ -935,7 +950,9 @@ def padded_copy(b, k: KernelArgs, xplane0, rnd=None, pairs=None):
     element xplane0 (one image or group), across the threads; `rnd(b, value)` maps each
     copied value. `pairs(b, v0, v1)` (masked vectors only): the copy holds one plane per
     pair of input planes (2i, 2i + 1), each element the 32 bits that function makes of
-    the two planes' vectors (a bf16 conv's codes of both, qkernels.pair_codes)."""
+    the two planes' vectors (a bf16 conv's codes of both, qkernels.pair_codes); where
+    the input is such pairs already (`in_pairs`: xplane0 still counts f32 planes), the
+    copy is of them as they are."""
     icg = k.in_types[1].shape[1]
     planes = icg // 2 if pairs else icg
     hp = padded_input(*k.in_types[:2], k.out_type, k.attrs)[0]
@@ -959,7 +976,8 @@ def _padded_copy(b, k2: KernelArgs, ic, xplane0, rows, rnd=None, pairs=None):
     hp, sw, wq = padded_input(xt, wt, k2.out_type, k2.attrs)
     pt, pl, _, _ = k2.attrs["pads"]
     Xp = _padded_base(b, k2)
-    src0 = b.add(xplane0, b.mul(ic, i64(h * w * (2 if pairs else 1))))
+    stored = pairs is not None and k2.attrs.get("in_pairs")
+    src0 = b.add(b.sdiv(xplane0, i64(2)) if stored else xplane0, b.mul(ic, i64(h * w * (2 if pairs and not stored else 1))))
     dst0 = b.mul(ic, i64(hp * sw * wq))
     zero = fconst("f32", 0.0)
     vw = k2.vw
@@ -981,7 +999,7 @@ def _padded_copy(b, k2: KernelArgs, ic, xplane0, rows, rnd=None, pairs=None):
             start = q0 * sw - pl  # the input column of phase 0's lane 0
             valid = [0 <= start + e < w for e in range(vw * sw)]
             vs = phases(src, start, valid)
-            if pairs:
+            if pairs and not stored:
                 vs = [pairs(b, v0, v1) for v0, v1 in zip(vs, phases(b.add(src, i64(h * w)), start, valid))]
             for phase, v in enumerate(vs):
                 v = rnd(b, v) if rnd else v

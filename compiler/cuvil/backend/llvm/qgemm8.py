@@ -542,11 +542,15 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
 
 
 def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw, aq, isa, epilogue, items,
-                  panel_at=None):
+                  panel_at=None, store=None, planes=None):
     """C = W @ B: W int8 rows [rows_total][Kg * G] (int8_blob or bf16_blob; rows from a_row_off, an
     i64), B the activation codes in panels ([Kg][AP][G] per panel, emit_quantize_panel;
     Sq: i8*, panel stride K * AP * 4 bytes). `panel_at` (i64): every panel is read from
-    that panel slot of Sq (one panel)."""
+    that panel slot of Sq (one panel). `store(b, row0, rows, col0, valid, vals)`: each
+    finished tile's f32 vectors go there instead of into C (emit_i8b_gemm's).
+    `planes=(X, x_off, ld)`: whole panels are read where they lie, group row kg of panel
+    p at group x_off + kg * ld + p * AP of X (a code pointer: a 1x1 conv's input stored
+    as plane pairs of codes), only a ragged last one from Sq."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     kg_n, g = groups(K, isa), isa.group
@@ -573,9 +577,14 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
         else:
             wrow0 = b.mul(rows, i64(kg_n))
 
+        src = S
+        if planes is not None and valid is None:
+            src, x_off, ld = planes
+            panel = b.mul(b.add(x_off, b.mul(p, i64(nr))), i64(g))
+
         def operands(kg):
-            brow = b.add(panel, b.mul(kg, i64(nr * g)))
-            bv = [_group_vec(b, S, b.add(brow, i64(v * vw * g)), vw, isa, ct) for v in range(nv)]
+            brow = b.add(panel, b.mul(kg, i64((nr if src is S else ld) * g)))
+            bv = [_group_vec(b, src, b.add(brow, i64(v * vw * g)), vw, isa, ct) for v in range(nv)]
             av = [_bcast(b, w32, b.add(b.add(wrow0, i64(r * kg_n)), kg), vw, isa) for r in range(mr)]
             return av, bv, False
 
@@ -585,9 +594,10 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
             sc = _splat(b, b.fmul(b.load(b.gep(wscale, [row], inbounds=True)), ir.Constant(F32, s)), fty)
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
         post, after = tile_post(epilogue, row0, valid, vw)
+        own_store = None if store is None else (lambda bb, vals: store(bb, row0, mr, b.mul(p, i64(nr)), valid, vals))
         _tile(b, kg_n, mr, nv, vw, isa, operands, None if isa.bf16 else rescale, C,
               b.add(c_off, b.mul(row0, i64(ldc))), ldc,
-              b.mul(p, i64(nr)), valid, post)
-        if after:
+              b.mul(p, i64(nr)), valid, post, own_store)
+        if after and store is None:
             epilogue(b, row0, mr, b.mul(p, i64(nr)), nr if valid is None else valid)
     packed_items(b, M, N, vw, items, tile)
