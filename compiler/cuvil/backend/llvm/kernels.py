@@ -162,22 +162,24 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
             offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
         return offs
 
-    def apply_at(b, offs, col, vec):
+    def apply_at(b, offs, col, vec, lanes=None):
         """The program on vec, the result's vector at columns from col of the row whose
-        operand offsets are offs: each extra operand is a vector there or, one value per
-        row, a splat."""
+        operand offsets are offs: each extra operand is a vector there (only its first
+        `lanes` elements read, where given) or, one value per row, a splat."""
         vty = vec.type
         at = [b.add(o, b.mul(col, i64(fs[0]))) if fs[0] else o for o, fs in zip(offs, flat_strides)]
         loaded = [vec] + [
             _splat(b, load(b, ptrs[j], at[j], "f32"), vty) if flat_strides[j][0] == 0 else
-            b.load(b.bitcast(b.gep(ptrs[j], [at[j]], inbounds=True), vty.as_pointer()), align=4)
+            _load_lanes(b, b.bitcast(b.gep(ptrs[j], [at[j]], inbounds=True), vty.as_pointer()), vty,
+                        [lanes is None or e < lanes for e in range(vty.count)])
             for j in range(1, len(ptrs))]
         res, _ = emit_program(b, post, values_of(b, loaded), ["f32"] + all_types)
         return res
 
-    def apply(b, r, col, vec):
-        """apply_at for flat row r: a tile's accumulators, in registers."""
-        return apply_at(b, row_offsets(b, r), col, vec)
+    def apply(b, r, col, vec, lanes=None):
+        """apply_at for flat row r: a tile's accumulators, in registers. `lanes`: only the
+        first that many columns are real (the extra operands read no further)."""
+        return apply_at(b, row_offsets(b, r), col, vec, lanes)
 
     def vector_row(b, offs, col0, cols):
         """One row's whole vectors of columns from col0 (cols an int), in place; returns
@@ -858,7 +860,8 @@ def _vector_transpose(b, rows):
 
 
 def transposed_store(b, k2: KernelArgs, ni, pairs=None):
-    """For a transposed conv whose epilogue is absent or runs in registers: a GEMM tile
+    """For a transposed conv whose epilogue is absent or runs on vectors (`apply`; its
+    extra operands read in the tile's pixels only): a GEMM tile
     store(b, row0, rows, col0, valid, vals) that writes the tile's vectors (vals[r][v]:
     pixel row0 + r, channels from col0 + v * vw) transposed in registers straight into
     image ni's NCHW result, each channel's rows pixels (rows <= vw) in one masked store,
@@ -884,7 +887,7 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
                     ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
                     v0, v1 = lanes[j], lanes[j + 1]
                     if epi is not None:
-                        v0, v1 = epi.apply(b, ch, row0, v0), epi.apply(b, b.add(ch, i64(1)), row0, v1)
+                        v0, v1 = epi.apply(b, ch, row0, v0, rows), epi.apply(b, b.add(ch, i64(1)), row0, v1, rows)
                     at = b.add(b.mul(b.sdiv(ch, i64(2)), i64(p)), row0)
                     _store_lanes(b, pair_codes(b, v0, v1, pairs),
                                  b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
@@ -894,7 +897,7 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
                     break
                 ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
                 if epi is not None:
-                    vec = epi.apply(b, ch, row0, vec)
+                    vec = epi.apply(b, ch, row0, vec, rows)
                 at = b.bitcast(b.gep(k2.out, [b.add(b.mul(ch, i64(p)), row0)], inbounds=True), fv.as_pointer())
                 _store_lanes(b, vec, at, rows)
     return store
