@@ -462,20 +462,10 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
         _im2col_panel(b, k2, scratch(b, k2), ex[0], pp, (nr, ldk))
         emit_quantize_block(b, scratch(b, k2), col, ldk, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw)
 
-    in_pairs = k.attrs.get("in_pairs")
-
     def quantize_input(b, k2, pp, ex):  # a 1x1 conv: panel pp's columns of the input planes
         col = b.mul(pp, i64(nr))
         src = b.add(ex[0], col)
         whole = p // nr
-        if in_pairs:  # the codes are there: a copy of panel pp's columns of each pair
-            src = b.add(b.sdiv(ex[0], i64(2)), col)
-            with b.if_else(b.icmp_signed("<", pp, i64(whole))) as (full, ragged):
-                with full:
-                    copy_pairs(b, k2.ins[0], src, p, kdim // 2, scratch(b, k2), col, ldk, nr, vw)
-                with ragged:
-                    copy_pairs(b, k2.ins[0], src, p, kdim // 2, scratch(b, k2), col, ldk, nr, vw, p - whole * nr)
-            return
         with b.if_else(b.icmp_signed("<", pp, i64(whole))) as (full, ragged):
             with full:
                 emit_quantize_block(b, k2.ins[0], src, p, kdim, codes_at(b, k2, col), ldk, nr, aq, isa, vw)
@@ -499,16 +489,22 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     # plus the tap's offset: gather_at) and no im2col^T is built.
     pairs = _pairs(k, isa)
     gathered = pairs is not None and not t.pointwise
+    # A 1x1 conv over plane pairs of codes (`in_pairs`): they are im2col^T's codes
+    # already ([Kg][P][2]); the GEMM reads them where they lie, rows of P positions (its
+    # last row block exactly as short as P leaves it: nothing past the pairs is read).
+    in_place = t.pointwise and k.attrs.get("in_pairs")
 
     def gemm(b, k2, i, ex):
         Ct = b.gep(scratch(b, k2), [i64(t.ct_at)], inbounds=True)
         q = b.bitcast(scratch(b, k2), I16.as_pointer())
+        if in_place:  # image ni's pairs: its f32 planes' offset, in codes
+            q = b.gep(b.bitcast(k2.ins[0], I16.as_pointer()), [ex[0]], inbounds=True)
         store = transposed_store(b, k2, ex[1], isa if k2.attrs.get("out_pairs") else None) if direct else None
         emit_i8b_gemm(b, None if gathered else q, None, kdim, b.bitcast(k2.ins[1], I8.as_pointer()), Ct, t.ldct, p,
-                      oc, kdim, vw, aq, isa, None, (i, b.add(i, i64(1))), q_pitch=ldk, store=store,
+                      oc, kdim, vw, aq, isa, None, (i, b.add(i, i64(1))), q_pitch=p if in_place else ldk, store=store,
                       gather=gather_at(b, k2) if gathered else None)
 
-    prepare = None if gathered else (t.panels, quantize_input if t.pointwise else pack)
+    prepare = None if gathered or in_place else (t.panels, quantize_input if t.pointwise else pack)
     run_transposed(b, k, t, prepare, (packed_work_items(p, oc, vw), gemm), direct, pairs)
 
 
