@@ -79,6 +79,27 @@ def test_pairs_change_no_bit_of_the_result(cin, mid, cout, stride, shape, bits, 
     assert float(np.abs(got - ref).max()) <= 4e-3 * float(np.abs(ref).max())
 
 
+class _Gated(_Chain):
+    """The 3x3 conv's epilogue also scales by a value per image ([N, 1, 1, 1]: read row
+    by row, where the bias is a vector over the channels)."""
+
+    def forward(self, x):
+        gate = torch.sigmoid(x.mean((1, 2, 3), keepdim=True))
+        h = torch.relu(self.conv(torch.relu(self.reduce(x)))) * gate
+        return self.expand(h)
+
+
+def test_an_epilogue_operand_per_image_is_read_row_by_row(monkeypatch):
+    x = torch.randn(2, 16, 7, 7, generator=torch.Generator().manual_seed(4)).numpy()
+    module = quantized(_to_ir(_Gated(16, 64, 32, 1).eval(), (torch.from_numpy(x),)), "none", precision="bf16")
+    conv = [op for op in module.main.body.ops if op.name == "cuvil.conv2d"][1]
+    assert len(conv.operands) == 4   # the bias and the gate in its epilogue
+    (got,), chosen = _run(module, x, monkeypatch, True)
+    assert chosen == 2
+    (plain,), _ = _run(module, x, monkeypatch, False)
+    np.testing.assert_array_equal(got, plain)
+
+
 def test_a_result_read_elsewhere_stays_f32(monkeypatch):
     x = torch.randn(1, 32, 24, 26, generator=torch.Generator().manual_seed(3)).numpy()
     model = _Chain(32, 40, 64, 1, both=True).eval()

@@ -36,15 +36,15 @@ from ...errors import BackendError
 from ...ir.ops.quant import bf16_decode
 from .emit import F32, I8, i64
 from .gemm import _min, _vec_ptr, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
-from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _padded_base, _load_lanes, _row_epilogue, _store_lanes,
-                      conv_geometry,
-                      conv_pack_panel, conv_schedule, k_conv2d, masked_vectors, matmul_packed, padded_column, padded_input,
-                      padded_reader, parallel, run_transposed, thin_panels, tile_epilogue_of, transposed_store)
+from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _padded_base, _load_lanes, _row_epilogue,
+                      _store_lanes, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d, masked_vectors,
+                      matmul_packed, padded_column, padded_input, padded_reader, parallel, run_transposed, thin_panels,
+                      tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
-from .qgemm8 import (BF16_GENERIC, GENERIC, I16, I32, Gather, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm,
-                     emit_quantize_block, emit_quantize_panel, emit_quantize_rows, group_codes, groups, int8_blob,
-                     panel_codes, store_group)
+from .qgemm8 import (BF16_GENERIC, GENERIC, I16, I32, Gather, _code, _concat, bf16_blob, code_type, emit_i8a_gemm,
+                     emit_i8b_gemm, emit_quantize_block, emit_quantize_panel, emit_quantize_rows, group_codes, groups,
+                     int8_blob, panel_codes, store_group)
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads
 
@@ -321,6 +321,15 @@ def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
                          all(v is not op.result for v in u.operands[1:]) and reads_pairs(u, isa, vw) for u in users):
             chosen.add(id(op))
     return chosen
+
+
+def concat_codes(b, v0, v1, isa):
+    """The bf16 codes of v0's lanes then v1's (as <vw x f32> bits): element j holds
+    lanes 2j and 2j + 1 of the pair (v0, v1) joined, low then high 16 bits; from a
+    pixel's vectors of consecutive channels, element j is channel pair j's."""
+    vw = v0.type.count
+    joined = _concat(b, [_code(b, v0, None, isa), _code(b, v1, None, isa)])
+    return b.bitcast(joined, ir.VectorType(F32, vw))
 
 
 def _pairs(k2: KernelArgs, isa):
