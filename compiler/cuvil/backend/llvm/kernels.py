@@ -890,13 +890,12 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
     pixel row0 + r, channels from col0 + v * vw) transposed in registers straight into
     image ni's NCHW result, each channel's rows pixels (rows <= vw) in one masked store,
     after the epilogue. `valid`: the channels of a ragged last panel (None: a whole one).
-    `pairs` (a bf16 Int8Isa; `out_pairs`): the result is plane pairs of codes. With an
-    epilogue in registers (or none) the tile takes it as it is (apply_rows: a vector of
-    a bias's channels), each pixel's two vectors become the codes of its 2 * vw channels
-    (qkernels.concat_codes: pair j in element j) and one transpose gives every pair's
-    pixels (measured, ResNet-50 bf16's 3x3 convs, against two transposes first and the
-    pairs' codes after: -1.8% at 1 and 2 threads); else channels 2i and 2i + 1 go
-    together after the transposes (qkernels.pair_codes).
+    `pairs` (a bf16 Int8Isa; `out_pairs`, whose epilogue, if any, runs in registers):
+    the result is plane pairs of codes. The tile takes the epilogue as it is (apply_rows:
+    a vector of a bias's channels), each pixel's two vectors become the codes of its
+    2 * vw channels (qkernels.concat_codes: pair j in element j) and one transpose gives
+    every pair's pixels (measured, ResNet-50 bf16's 3x3 convs, against two transposes
+    first and the pairs' codes after: -1.8% at 1 and 2 threads).
     Used by the bf16 transposed convs (qkernels): the f32 ones, tried with it, measured
     1-5% slower on ResNet-50 in 3 of 4 interleaved runs (MobileNetV2 3% faster) and keep
     their transpose pass."""
@@ -930,24 +929,14 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
                 at = b.add(b.mul(b.add(b.sdiv(ch0, i64(2)), i64(j)), i64(p)), row0)
                 _store_lanes(b, vec, b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
 
+    if pairs is not None and epi is not None and not hasattr(epi, "apply_rows"):
+        raise BackendError("a transposed conv stores plane pairs only with an epilogue in registers (writes_pairs)")
+
     def store(b, row0, rows, col0, valid, vals):
-        if pairs is not None and (epi is None or hasattr(epi, "apply_rows")):
+        if pairs is not None:
             return pair_store(b, row0, rows, col0, valid, vals)
         for v in range(len(vals[0])):
             lanes = _vector_transpose(b, [vals[r][v] for r in range(rows)] + [zero] * (vw - rows))
-            if pairs is not None:
-                from .qkernels import pair_codes
-                for j in range(0, vw, 2):  # channels col0 + v * vw + j and the next (an even count)
-                    if valid is not None and v * vw + j >= valid:
-                        break
-                    ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
-                    v0, v1 = lanes[j], lanes[j + 1]
-                    if epi is not None:
-                        v0, v1 = epi.apply(b, ch, row0, v0, rows), epi.apply(b, b.add(ch, i64(1)), row0, v1, rows)
-                    at = b.add(b.mul(b.sdiv(ch, i64(2)), i64(p)), row0)
-                    _store_lanes(b, pair_codes(b, v0, v1, pairs),
-                                 b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
-                continue
             for j, vec in enumerate(lanes):  # channel col0 + v * vw + j: pixels row0 ..
                 if valid is not None and v * vw + j >= valid:
                     break

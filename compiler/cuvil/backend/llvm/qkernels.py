@@ -293,9 +293,9 @@ def writes_pairs(op, isa, vw: int) -> bool:
 
 def reads_pairs(op, isa, vw: int) -> bool:
     """Whether op's kernel can read its input (operand 0) as plane pairs of codes
-    (`in_pairs`): a _pairs_conv over an even channel count that is a 1x1 conv (its
-    panels' codes are then copies of the pairs) or copies its input padded as pairs
-    (pair_planes: the copy is then of the pairs as they are)."""
+    (`in_pairs`): a _pairs_conv over an even channel count that is a 1x1 conv (its GEMM
+    then reads the pairs in place as its panels' codes) or copies its input padded as
+    pairs (pair_planes: the copy is then of the pairs as they are)."""
     if not _pairs_conv(op, isa, vw):
         return False
     x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
@@ -311,7 +311,7 @@ def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
     user rounds its input to bf16 codes anyway; the pairs skip that pass and half the
     bytes, where the result is written and where each user reads it (a 1x1 user's whole
     panels in place). Measured, ResNet-50 bf16 (its 32 reduce and 3x3 results), Zen 5,
-    interleaved: -0.5% at 1 and 2 threads end to end, -1.6% in the per-op medians at 2."""
+    interleaved: -1.3% (walls), -0.7..0.8% (per-op medians) at 1 and 2 threads."""
     chosen = set()
     for op in ops:
         if not writes_pairs(op, isa, vw) or id(op) in fused or id(op.result) in outputs:
@@ -398,7 +398,8 @@ def im2col_codes(b, k2: KernelArgs, pp, out, ldo, aq, isa) -> bool:
 def copy_pairs(b, X, src, ld, rows: int, out, dst, ldo, width: int, vw: int, left=None):
     """Rows of plane pairs of codes (32-bit elements of X, an f32 pointer: row r's
     `width` elements from src + r * ld) into out (f32 pointer, row r from dst + r * ldo):
-    a 1x1 conv's panel of group rows, its input already codes (`in_pairs`). `left` (an
+    the ragged last panel of a 1x1 conv over pairs (`in_pairs`; its whole panels are
+    read in place), as group rows. `left` (an
     int): only that many leading elements of each row are read, the rest are zeros (a
     ragged last panel: nothing past the pairs is read)."""
     fv = ir.VectorType(F32, vw)
