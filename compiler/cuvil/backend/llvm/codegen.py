@@ -89,7 +89,9 @@ class _Codegen:
         self.bounds = {k: tuple(v) for k, v in (self.fn.attrs.get("dim_bounds") or {}).items()}
         self.symbols = symbol_order(module, self.bounds)
         self.fixed: dict[str, int] = {}  # the specialisation being emitted (symbol -> value)
-        self.pairs: set[int] = set()  # ids of the ops whose results are plane pairs of codes (generate)
+        # set by generate (static shapes only, so the same for every specialisation):
+        self.fused: dict[int, object] = {}  # id(depthwise conv) -> the 1x1 conv it runs fused with
+        self.pairs: set[int] = set()  # ids of the ops whose results are plane pairs of codes
 
     # -- symbolic dims, as seen by the forward being emitted ----------------------------------
     def _dim(self, d):
@@ -306,12 +308,12 @@ class _Codegen:
     def generate(self) -> Generated:
         fn = self.fn
         self.layout_weights()
-        fused = set()  # the convs of expand/depthwise pairs that run as one kernel
         for op in fn.body.ops:
             a = self.fused_producer(op) if op.name == "cuvil.conv2d" else None
             if a is not None:
-                fused |= {id(a), id(op)}
-        self.pairs = qkernels.stored_pairs(fn.body.ops, {id(v) for v in fn.outputs}, self.bf16, self.vw, fused)
+                self.fused[id(op)] = a
+        in_fused = set(self.fused) | {id(a) for a in self.fused.values()}
+        self.pairs = qkernels.stored_pairs(fn.body.ops, {id(v) for v in fn.outputs}, self.bf16, self.vw, in_fused)
         wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
         if not self.specializations:
             self._forward(f"{self.prefix}_forward", fn, wsym)
@@ -404,19 +406,14 @@ class _Codegen:
                     b.gep(wbase, [i64(self.weight_offsets[(id(v), "packed")])], inbounds=True) if packed and i == 1
                     else where(v) for i, v in enumerate(op.operands)]
 
-        fused = {}  # id(depthwise conv) -> the 1x1 conv it runs fused with
-        for op in fn.body.ops:
-            a = self.fused_producer(op) if op.name == "cuvil.conv2d" else None
-            if a is not None:
-                fused[id(op)] = a
-        absorbed = {id(a) for a in fused.values()}
+        absorbed = {id(a) for a in self.fused.values()}
         for op in fn.body.ops:
             if op.name in ("cuvil.constant", "cuvil.dequantize", "cuvil.return") or op.attrs.get("alias") \
                     or id(op) in absorbed:
                 continue
             if len(op.results) != 1:
                 raise BackendError(f"{op.name}: multi-result ops are not supported by the backend")
-            a = fused.get(id(op))
+            a = self.fused.get(id(op))
             ptrs = [where(op.result)] + (operand_ptrs(op) if a is None else operand_ptrs(a) + operand_ptrs(op)[1:])
             real = [p for p in ptrs if p is not None]
             aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"

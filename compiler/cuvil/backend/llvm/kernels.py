@@ -541,6 +541,13 @@ def conv_transposed(op, vw: int) -> bool:
     return thin_panels(op.result.type, vw)
 
 
+def op_epilogue(op):
+    """The _row_epilogue op's GEMM kernel builds, from its types and attrs alone (no
+    pointers: for what it supports, not to emit), or None without a post program."""
+    return _row_epilogue(KernelArgs(out=None, out_type=op.result.type, ins=[None] * len(op.operands),
+                                    in_types=[v.type for v in op.operands], attrs=op.attrs), 2, 2)
+
+
 def residual_in_place(op, vw: int) -> bool:
     """Whether op's kernel on a target of vw f32 lanes may write its result over an
     epilogue operand of the result's shape (a residual; the memory plan's `in_place_conv`,
@@ -567,8 +574,7 @@ def residual_in_place(op, vw: int) -> bool:
         return False
     if scheme == "bf16" and bf16_transposed(x, w, out, op.attrs, vw, Int8Isa(2, "dpbf16ps")):
         return False
-    epi = _row_epilogue(KernelArgs(out=None, out_type=out, ins=[None] * len(op.operands),
-                                   in_types=[v.type for v in op.operands], attrs=op.attrs), 2, 2)
+    epi = op_epilogue(op)
     return epi is not None and epi.supports_cols and hasattr(epi, "apply")
 
 
@@ -1025,7 +1031,10 @@ def _padded_copy(b, k2: KernelArgs, ic, xplane0, rows, rnd=None, pairs=None):
     pt, pl, _, _ = k2.attrs["pads"]
     Xp = _padded_base(b, k2)
     stored = pairs is not None and k2.attrs.get("in_pairs")
-    src0 = b.add(b.sdiv(xplane0, i64(2)) if stored else xplane0, b.mul(ic, i64(h * w * (2 if pairs and not stored else 1))))
+    if stored:  # the input is pairs already: pair ic is a plane of 32-bit elements, half the f32 offset
+        src0 = b.add(b.sdiv(xplane0, i64(2)), b.mul(ic, i64(h * w)))
+    else:  # f32 planes: plane ic, or the first of pair ic's two
+        src0 = b.add(xplane0, b.mul(ic, i64(h * w * (2 if pairs else 1))))
     dst0 = b.mul(ic, i64(hp * sw * wq))
     zero = fconst("f32", 0.0)
     vw = k2.vw

@@ -577,13 +577,13 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
         else:
             wrow0 = b.mul(rows, i64(kg_n))
 
-        src = S
+        src, ld = S, nr  # the codes' pointer and positions per group row
         if planes is not None and valid is None:
             src, x_off, ld = planes
             panel = b.mul(b.add(x_off, b.mul(p, i64(nr))), i64(g))
 
         def operands(kg):
-            brow = b.add(panel, b.mul(kg, i64((nr if src is S else ld) * g)))
+            brow = b.add(panel, b.mul(kg, i64(ld * g)))
             bv = [_group_vec(b, src, b.add(brow, i64(v * vw * g)), vw, isa, ct) for v in range(nv)]
             av = [_bcast(b, w32, b.add(b.add(wrow0, i64(r * kg_n)), kg), vw, isa) for r in range(mr)]
             return av, bv, False

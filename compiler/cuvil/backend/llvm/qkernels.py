@@ -38,8 +38,8 @@ from .emit import F32, I8, i64
 from .gemm import _min, _vec_ptr, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _padded_base, _load_lanes, _row_epilogue,
                       _store_lanes, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d, masked_vectors,
-                      matmul_packed, padded_column, padded_input, padded_reader, parallel, run_transposed, thin_panels,
-                      tile_epilogue_of, transposed_store)
+                      matmul_packed, op_epilogue, padded_column, padded_input, padded_reader, parallel, run_transposed,
+                      thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, I32, Gather, _code, _concat, bf16_blob, code_type, emit_i8a_gemm,
@@ -284,8 +284,7 @@ def writes_pairs(op, isa, vw: int) -> bool:
     x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
     if w.shape[0] % 2:
         return False
-    epi = _row_epilogue(KernelArgs(out=None, out_type=out, ins=[None] * len(op.operands),
-                                   in_types=[v.type for v in op.operands], attrs=op.attrs), 2, 2)
+    epi = op_epilogue(op)
     if epi is not None and not epi.in_registers:
         return False
     return bf16_transposed(x, w, out, op.attrs, vw, isa) or out.shape[2] * out.shape[3] % vw == 0
@@ -603,7 +602,7 @@ def k_conv2d_q4(b, k: KernelArgs):
                               tile_epi, items=span, panel_at=slot)
         conv_schedule(b, k, panels, row_blocks(ocg, k.vw), pack, gemm_items, xplane0,
                       [row_base, gi, xplane0], pairs=_pairs(k, isa) if aq else None)
-    if epi_all is not None and not tile_epilogue and not k.attrs.get("out_pairs"):
+    if epi_all is not None and not tile_epilogue:  # (never with out_pairs: writes_pairs)
         _epilogue(b, k, 2)
 
 
