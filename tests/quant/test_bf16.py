@@ -52,7 +52,10 @@ def _check(model, x, vector_bits, isa):
     ref = interpreter.run(module, [x.numpy()])[0]
     got = run_native(module, [x.numpy()], vector_bits, bf16=isa)[0]
     assert got.shape == ref.shape
-    assert _rel(got, ref) <= 1e-5, _rel(got, ref)      # the same bf16 products, summed in f32
+    # the same bf16 products, summed in f32; where two sums differ in their last bit, a
+    # conv result rounded to bf16 (one a residual reads: quantize_bf16.rounds_result)
+    # may round the other way, 2^-8 of that value, diluted by the convs after it
+    assert _rel(got, ref) <= 1e-4, _rel(got, ref)
     fp32 = model(x).detach().numpy()
     assert 1e-6 < _rel(got, fp32) <= BF16_REL_TOL      # bf16, not fp32, and not far from it
 

@@ -8,6 +8,14 @@ exact in f32 and summed in f32 (ir/ops/quant.py). The backend runs these in the
 narrow-type GEMM (qgemm8.py) with AVX-512-BF16's `vdpbf16ps` where the target has it
 and in the f32 GEMMs on bf16 operands elsewhere (qkernels.py). Everything else (depthwise convs,
 attention products, elementwise ops) stays f32.
+
+A converted conv's result that only converted convs read, at least one of them in its
+epilogue (a residual: the stream of a ResNet or MobileNetV2 between blocks), is rounded
+to bfloat16 at the end of its own epilogue (a `fake_quant {dtype: bf16}` step of its
+`post`), as the convs reading it as their input round it anyway: the values are then
+bf16 wherever they are read, and a backend may keep them as bf16 codes, half the bytes
+(qkernels.stored_pairs). The residual additions see the rounded values (as in OpenVINO's
+bf16 mode); everything else is unchanged.
 """
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ from ..ir.ops.shape import Constant
 from .quantize_int8 import int8_candidate
 
 BF16_ACT = {"dtype": "bf16"}
+ROUND_BF16 = ["fake_quant", None, {"dtype": "bf16"}]  # the epilogue step, its operand slot set per op
 
 
 def bf16_rewrite(fn) -> int:
@@ -47,4 +56,34 @@ def bf16_rewrite(fn) -> int:
     for w in dict.fromkeys(originals):  # the f32 originals no other op uses any more
         if not w.uses:
             fn.body.erase(w.defining_op)
+    outputs = {id(v) for v in fn.outputs}
+    for op in fn.body.ops:
+        if rounds_result(op, outputs):
+            post = list(op.attrs.get("post") or [])
+            last = len(op.operands) - 2 + len(post)  # the program's result slot (0: the raw result)
+            post.append([ROUND_BF16[0], [last], dict(ROUND_BF16[2])])
+            op.attrs["post"] = post
     return count
+
+
+def _bf16_conv(op) -> bool:
+    return op.name == "cuvil.conv2d" and (op.attrs.get("act_quant") or {}).get("dtype") == "bf16"
+
+
+def rounds_result(op, outputs) -> bool:
+    """Whether the bf16 conv op's result is rounded to bfloat16 in its epilogue: no
+    function output (`outputs`: value ids), read only by bf16 convs (as their input or an
+    epilogue operand, never as a weight), by at least one of them in its epilogue."""
+    if not _bf16_conv(op):
+        return False
+    r = op.result
+    if id(r) in outputs or not r.uses:
+        return False
+    in_epilogue = False
+    for u in r.uses:
+        slots = [i for i, v in enumerate(u.operands) if v is r]
+        if not _bf16_conv(u) or 1 in slots:
+            return False
+        in_epilogue |= any(i >= 2 for i in slots)
+    post = op.attrs.get("post") or []
+    return in_epilogue and not (post and post[-1][0] == ROUND_BF16[0] and post[-1][2] == ROUND_BF16[2])

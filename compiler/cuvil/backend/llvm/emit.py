@@ -157,9 +157,27 @@ def _positive_select(b, x, dtype, neg_value):
     return b.select(b.fcmp_ordered(">", x, const_like(x, dtype, 0.0)), x, neg_value)
 
 
+def round_bf16(b, x):
+    """f32 (scalar or vector) rounded to the nearest bfloat16, ties to even, as f32
+    (ir/ops/quant.bf16_round): integer ops on the bits; NaN stays NaN."""
+    vec = isinstance(x.type, ir.VectorType)
+    n = x.type.count if vec else 1
+    ity = ir.VectorType(ir.IntType(32), n) if vec else ir.IntType(32)
+
+    def c(v):
+        return ir.Constant(ity, [v] * n) if vec else ir.Constant(ity, v)
+    bits = b.bitcast(x, ity)
+    lsb = b.and_(b.lshr(bits, c(16)), c(1))
+    r = b.bitcast(b.and_(b.add(bits, b.add(lsb, c(0x7FFF))), c(-65536)), x.type)
+    return b.select(b.fcmp_unordered("uno", x, x), x, r)
+
+
 def _fake_quant(b, x, dtype, attrs):
-    """quant.fake_quant exactly: no fast-math, the same f32 roundings."""
+    """quant.fake_quant exactly: no fast-math, the same f32 roundings (bf16: round_bf16,
+    on a vector too)."""
     from ...ir.ops.quant import act_bounds
+    if attrs["dtype"] == "bf16":
+        return round_bf16(b, x)
     lo, hi = act_bounds(attrs)
     zp = fconst(dtype, attrs["zero_point"])
     q = b.fadd(intrinsic(b, "llvm.rint", [b.fmul(x, fconst(dtype, float(np.float32(1.0 / attrs["scale"]))))]), zp)
@@ -226,6 +244,12 @@ _INT_BINARY = {
 # epilogue runs vectorised when its program uses only these.
 VECTOR_FLOAT_OPS = frozenset({"neg", "abs", "relu", "clamp", "hardsigmoid", "hardswish", "leaky_relu",
                               "add", "sub", "mul", "div", "maximum", "minimum"})
+
+
+def vector_step(op: str, attrs: dict) -> bool:
+    """Whether a program step runs on f32 vectors (VECTOR_FLOAT_OPS, and the rounding to
+    bfloat16 of `precision: bf16`: fake_quant {dtype: bf16})."""
+    return op in VECTOR_FLOAT_OPS or (op == "fake_quant" and attrs.get("dtype") == "bf16")
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .emit import I64, i64
+from .emit import I64, i64, round_bf16
 from .loops import alloca_in_entry, for_range
 from .symbolic import is_runtime
 
@@ -68,21 +68,6 @@ def _ld_bf16_row(b, ptr, index, nv, vw):
     if nv % 2:
         out.append(_ld_vec(b, ptr, b.add(index, i64((nv - 1) * vw)), fty))
     return out
-
-
-def round_bf16(b, x):
-    """f32 (scalar or vector) rounded to the nearest bfloat16, ties to even, as f32
-    (ir/ops/quant.bf16_round): integer ops on the bits; NaN stays NaN."""
-    vec = isinstance(x.type, ir.VectorType)
-    n = x.type.count if vec else 1
-    ity = ir.VectorType(ir.IntType(32), n) if vec else ir.IntType(32)
-
-    def c(v):
-        return ir.Constant(ity, [v] * n) if vec else ir.Constant(ity, v)
-    bits = b.bitcast(x, ity)
-    lsb = b.and_(b.lshr(bits, c(16)), c(1))
-    r = b.bitcast(b.and_(b.add(bits, b.add(lsb, c(0x7FFF))), c(-65536)), x.type)
-    return b.select(b.fcmp_unordered("uno", x, x), x, r)
 
 
 def emit_round_run(b, src, dst, begin, count, vw):

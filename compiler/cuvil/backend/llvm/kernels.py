@@ -18,8 +18,8 @@ from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
 from ...ir.types import TensorType
 from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
-                   VECTOR_FLOAT_OPS, const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
-                   store)
+                   const_like, emit_program, fconst, fsize, i64, intrinsic, load, loop_nest,
+                   store, vector_step)
 from .gemm import (_splat, blocked_gemm, emit_round_run, round_bf16, emit_gemm, emit_gemm_blocked, emit_gemm_packed, emit_gemm_panel,
                    emit_pack_b, micro_shape, pack_b, packed_work_items, panel_width, row_blocks)
 from .loops import alloca_in_entry, for_range
@@ -119,7 +119,12 @@ def _epilogue(b, k: KernelArgs, n_main: int):
 def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     """An epilogue callback for GEMM row blocks: the result is viewed as rows (the first
     `split` dims, flattened) x columns (the rest); rows [row0, row0+rows) get the post
-    program while they are in cache. Returns None when there is no post program."""
+    program while they are in cache. Returns None when there is no post program.
+    An extra operand that `pairs_extras` (k.attrs: operand indices) names is a bf16 conv
+    result stored as plane pairs of codes (qkernels.stored_pairs), of the result's shape:
+    flat row r's value at column c is the code in 32-bit element (r // 2) * cols + c,
+    its low half for an even r, its high one for an odd; only the vector paths (`apply`)
+    read such an operand."""
     post = k.attrs.get("post") or []
     if not post:
         return None
@@ -127,6 +132,11 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     row_dims, col_dims = shape[:split], shape[split:]
     consts = {i - n_main: v for i, v in k.consts.items() if i >= n_main}
     extras = [(p, t) for i, (p, t) in enumerate(zip(k.ins[n_main:], k.in_types[n_main:])) if i not in consts]
+    paired = {1 + sum(1 for i in range(n_main, o) if i - n_main not in consts)
+              for o in k.attrs.get("pairs_extras") or () if o - n_main not in consts}  # their places in ptrs
+    if paired and (split != 2 or any(tuple(extras[j - 1][1].shape) != tuple(shape) for j in paired)):
+        raise BackendError("an epilogue operand stored as plane pairs needs the result's shape and NCHW rows")
+    n_cols = prod(shape[split:])
     strides = [contiguous_strides(shape)] + [broadcast_strides(t.shape, shape) for _, t in extras]
     ptrs = [k.out] + [p for p, _ in extras]
     dtypes = [k.out_type.dtype] + [t.dtype for _, t in extras]
@@ -137,7 +147,7 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     # contiguously or is one value per row (a bias), and the program vectorises
     vector_cols = (supports_cols and all(dt == "f32" for dt in dtypes + all_types)
                    and all(fs[0] in (0, 1) for fs in flat_strides)
-                   and all(op in VECTOR_FLOAT_OPS for op, _, _ in post))
+                   and all(vector_step(op, attrs) for op, _, attrs in post))
 
     def values_of(b, loaded):
         """The program's operand list: the result, then each extra operand (loaded) or constant."""
@@ -153,22 +163,43 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
         return vals
 
     def row_offsets(b, r):
-        """Each operand's element offset of flat row r."""
+        """Each operand's element offset of flat row r (of a pairs operand: (its 32-bit
+        element offset, the shift that brings r's half down, i32))."""
         offs = [i64(0)] * len(ptrs)
         rem = r
         for d in reversed(range(split)):
             coord = b.srem(rem, i64(row_dims[d])) if d else rem
             rem = b.sdiv(rem, i64(row_dims[d]))
             offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
+        for j in paired:
+            offs[j] = (b.mul(b.sdiv(r, i64(2)), i64(n_cols)),
+                       b.trunc(b.mul(b.srem(r, i64(2)), i64(16)), ir.IntType(32)))
         return offs
 
-    def apply_at(b, offs, col, vec, lanes=None):
+    def load_pairs(b, j, off, col, vty, lanes, half=None):
+        """The f32 values of pairs operand j at columns from col (off: row_offsets'); `half`
+        (0, 1): the row's parity where it is known."""
+        ity = ir.VectorType(ir.IntType(32), vty.count)
+        ptr = b.bitcast(b.gep(ptrs[j], [b.add(off[0], col)], inbounds=True), vty.as_pointer())
+        got = b.bitcast(_load_lanes(b, ptr, vty, [lanes is None or e < lanes for e in range(vty.count)]), ity)
+        if half == 0:
+            return b.bitcast(b.shl(got, ir.Constant(ity, [16] * vty.count)), vty)
+        if half == 1:
+            return b.bitcast(b.and_(got, ir.Constant(ity, [-65536] * vty.count)), vty)
+        shift = b.shuffle_vector(b.insert_element(ir.Constant(ity, ir.Undefined), off[1], ir.Constant(ir.IntType(32), 0)),
+                                 ir.Constant(ity, ir.Undefined), ir.Constant(ity, [0] * vty.count))
+        return b.bitcast(b.shl(b.lshr(got, shift), ir.Constant(ity, [16] * vty.count)), vty)
+
+    def apply_at(b, offs, col, vec, lanes=None, half=None):
         """The program on vec, the result's vector at columns from col of the row whose
         operand offsets are offs: each extra operand is a vector there (only its first
-        `lanes` elements read, where given) or, one value per row, a splat."""
+        `lanes` elements read, where given) or, one value per row, a splat. `half`: the
+        row's parity, where known (for a pairs operand)."""
         vty = vec.type
-        at = [b.add(o, b.mul(col, i64(fs[0]))) if fs[0] else o for o, fs in zip(offs, flat_strides)]
+        at = [None if j in paired else b.add(o, b.mul(col, i64(fs[0]))) if fs[0] else o
+              for j, (o, fs) in enumerate(zip(offs, flat_strides))]
         loaded = [vec] + [
+            load_pairs(b, j, offs[j], col, vty, lanes, half) if j in paired else
             _splat(b, load(b, ptrs[j], at[j], "f32"), vty) if flat_strides[j][0] == 0 else
             _load_lanes(b, b.bitcast(b.gep(ptrs[j], [at[j]], inbounds=True), vty.as_pointer()), vty,
                         [lanes is None or e < lanes for e in range(vty.count)])
@@ -176,10 +207,11 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
         res, _ = emit_program(b, post, values_of(b, loaded), ["f32"] + all_types)
         return res
 
-    def apply(b, r, col, vec, lanes=None):
+    def apply(b, r, col, vec, lanes=None, half=None):
         """apply_at for flat row r: a tile's accumulators, in registers. `lanes`: only the
-        first that many columns are real (the extra operands read no further)."""
-        return apply_at(b, row_offsets(b, r), col, vec, lanes)
+        first that many columns are real (the extra operands read no further); `half`:
+        r % 2, where the caller knows it."""
+        return apply_at(b, row_offsets(b, r), col, vec, lanes, half)
 
     def apply_rows(b, r0, vec, lanes=None):
         """The program on vec whose lanes are flat rows r0, r0 + 1, .. of one column
@@ -188,6 +220,7 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
         (a bias over channels), else row by row."""
         vty, n = vec.type, vec.type.count
         real = n if lanes is None else lanes
+        assert not paired, "apply_rows: no epilogue in registers has a pairs operand (a residual)"
         offs = row_offsets(b, r0)
         loaded = [vec]
         for j in range(1, len(ptrs)):
@@ -228,6 +261,9 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
 
     def by_element(b, offs, col0, cols):
         """One row (offs: its offset per operand): all its columns, or [col0, col0+cols)."""
+        if paired:
+            raise BackendError("an epilogue operand stored as plane pairs is read by whole vectors only "
+                               "(qkernels.stored_pairs)")
         if col0 is None:
             views = [View(p, dt, st[split:], o) for p, dt, st, o in zip(ptrs, dtypes, strides, offs)]
             nest = col_dims
@@ -250,6 +286,15 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     if run.in_registers:
         run.apply_rows = apply_rows
     return run
+
+
+def pairs_epilogue(k2: KernelArgs):
+    """The _row_epilogue of a conv that stores plane pairs of codes (`out_pairs`), less a
+    last rounding to bfloat16 (quantize_bf16.rounds_result): the codes are that rounding."""
+    post = k2.attrs.get("post") or []
+    if post and post[-1][0] == "fake_quant" and post[-1][2].get("dtype") == "bf16":
+        k2 = replace(k2, attrs={**k2.attrs, "post": post[:-1]})
+    return _row_epilogue(k2, 2, 2)
 
 
 def _zero(b, ptr, start, count, dtype):
@@ -896,18 +941,20 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
     pixel row0 + r, channels from col0 + v * vw) transposed in registers straight into
     image ni's NCHW result, each channel's rows pixels (rows <= vw) in one masked store,
     after the epilogue. `valid`: the channels of a ragged last panel (None: a whole one).
-    `pairs` (a bf16 Int8Isa; `out_pairs`, whose epilogue, if any, runs in registers):
-    the result is plane pairs of codes. The tile takes the epilogue as it is (apply_rows:
-    a vector of a bias's channels), each pixel's two vectors become the codes of its
-    2 * vw channels (qkernels.concat_codes: pair j in element j) and one transpose gives
-    every pair's pixels (measured, ResNet-50 bf16's 3x3 convs, against two transposes
-    first and the pairs' codes after: -1.8% at 1 and 2 threads).
+    `pairs` (a bf16 Int8Isa; `out_pairs`, whose epilogue, if any, runs on vectors):
+    the result is plane pairs of codes. An epilogue in registers (one value per channel)
+    runs on the tile as it is (apply_rows: a vector of a bias's channels), each pixel's
+    two vectors become the codes of its 2 * vw channels (qkernels.concat_codes: pair j in
+    element j) and one transpose gives every pair's pixels (measured, ResNet-50 bf16's
+    3x3 convs, against two transposes first and the pairs' codes after: -1.8% at 1 and 2
+    threads); one over pixels (a residual) needs each channel's pixels: the tile's
+    vectors are transposed first, then two channels' vectors become a pair's codes.
     Used by the bf16 transposed convs (qkernels): the f32 ones, tried with it, measured
     1-5% slower on ResNet-50 in 3 of 4 interleaved runs (MobileNetV2 3% faster) and keep
     their transpose pass."""
     oc, p, vw = k2.out_type.shape[1], k2.out_type.shape[2] * k2.out_type.shape[3], k2.vw
     fv = ir.VectorType(F32, vw)
-    epi = _row_epilogue(k2, 2, 2)
+    epi = _row_epilogue(k2, 2, 2) if pairs is None else pairs_epilogue(k2)
     zero = ir.Constant(fv, [0.0] * vw)
 
     def pair_store(b, row0, rows, col0, valid, vals):
@@ -935,10 +982,27 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
                 at = b.add(b.mul(b.add(b.sdiv(ch0, i64(2)), i64(j)), i64(p)), row0)
                 _store_lanes(b, vec, b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
 
-    if pairs is not None and epi is not None and not hasattr(epi, "apply_rows"):
-        raise BackendError("a transposed conv stores plane pairs only with an epilogue in registers (writes_pairs)")
+    def pair_store_by_channel(b, row0, rows, col0, valid, vals):
+        # an epilogue over pixels (a residual): each channel vector transposed, its
+        # pixels take the epilogue, then channels 2j and 2j + 1 become pair j's codes
+        from .qkernels import pair_codes
+        for v in range(len(vals[0])):
+            lanes = _vector_transpose(b, [vals[r][v] for r in range(rows)] + [zero] * (vw - rows))
+            for j in range(0, vw, 2):  # channels col0 + v * vw + j and the next
+                if valid is not None and v * vw + j >= valid:
+                    break
+                ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
+                two = [epi.apply(b, b.add(ch, i64(h)), row0, lanes[j + h], rows, h) for h in (0, 1)]
+                at = b.add(b.mul(b.sdiv(ch, i64(2)), i64(p)), row0)
+                _store_lanes(b, pair_codes(b, two[0], two[1], pairs),
+                             b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
+
+    if pairs is not None and epi is not None and not hasattr(epi, "apply_rows") and not hasattr(epi, "apply"):
+        raise BackendError("a transposed conv stores plane pairs only with an epilogue on vectors (writes_pairs)")
 
     def store(b, row0, rows, col0, valid, vals):
+        if pairs is not None and epi is not None and not hasattr(epi, "apply_rows"):
+            return pair_store_by_channel(b, row0, rows, col0, valid, vals)
         if pairs is not None:
             return pair_store(b, row0, rows, col0, valid, vals)
         for v in range(len(vals[0])):
@@ -947,8 +1011,8 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
                 if valid is not None and v * vw + j >= valid:
                     break
                 ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
-                if epi is not None:
-                    vec = epi.apply(b, ch, row0, vec, rows)
+                if epi is not None:  # (an even channel count where a pairs operand is read)
+                    vec = epi.apply(b, ch, row0, vec, rows, j % 2)
                 at = b.bitcast(b.gep(k2.out, [b.add(b.mul(ch, i64(p)), row0)], inbounds=True), fv.as_pointer())
                 _store_lanes(b, vec, at, rows)
     return store

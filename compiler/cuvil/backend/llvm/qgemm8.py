@@ -236,6 +236,17 @@ def _bf16_bits(b, x, isa):
     return b.bitcast(h, ir.VectorType(I16, n) if vec else I16)
 
 
+def bf16_codes2(b, lo, hi):
+    """The bf16 codes (i16, rounded to nearest even) of two f32 vectors, lo's then hi's,
+    by one instruction (`vcvtne2ps2bf16`; two `vcvtneps2bf16` and a join otherwise, as
+    LLVM emits for fptrunc)."""
+    n = lo.type.count
+    fn_name = f"llvm.x86.avx512bf16.cvtne2ps2bf16.{32 * n}"
+    fn = b.module.globals.get(fn_name) or ir.Function(
+        b.module, ir.FunctionType(ir.VectorType(BFLOAT, 2 * n), [lo.type, hi.type]), name=fn_name)
+    return b.bitcast(b.call(fn, [hi, lo]), ir.VectorType(I16, 2 * n))
+
+
 def _code(b, x, aq, isa):
     """f32 -> the stored code (q - code_offset) as i16 / i8 (u8 bits unless isa.signed);
     bf16 bits for a bf16 isa."""
@@ -318,8 +329,10 @@ def group_codes(b, xs, aq, isa, vw):
     vector): xs, the f32 vectors of its first len(xs) rows (the rest zeros)."""
     g = isa.group
     fv = ir.VectorType(F32, vw)
-    codes = [_code(b, xs[i] if i < len(xs) else ir.Constant(fv, [0.0] * vw), aq, isa) for i in range(g)]
-    joined = _concat(b, codes)  # then one shuffle interleaves the rows
+    rows = [xs[i] if i < len(xs) else ir.Constant(fv, [0.0] * vw) for i in range(g)]
+    joined = bf16_codes2(b, *rows) if isa.dot == "dpbf16ps" and g == 2 else \
+        _concat(b, [_code(b, x, aq, isa) for x in rows])
+    # then one shuffle interleaves the rows
     mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
     return b.shuffle_vector(joined, ir.Constant(joined.type, ir.Undefined), mask)
 

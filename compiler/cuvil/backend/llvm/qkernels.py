@@ -38,11 +38,11 @@ from .emit import F32, I8, i64
 from .gemm import _min, _vec_ptr, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _padded_base, _load_lanes, _row_epilogue,
                       _store_lanes, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d, masked_vectors,
-                      matmul_packed, op_epilogue, padded_column, padded_input, padded_reader, parallel, run_transposed,
+                      matmul_packed, op_epilogue, padded_column, pairs_epilogue, padded_input, padded_reader, parallel, run_transposed,
                       thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
-from .qgemm8 import (BF16_GENERIC, GENERIC, I16, I32, Gather, _code, _concat, bf16_blob, code_type, emit_i8a_gemm,
+from .qgemm8 import (BF16_GENERIC, GENERIC, I16, I32, Gather, bf16_blob, bf16_codes2, code_type, emit_i8a_gemm,
                      emit_i8b_gemm, emit_quantize_block, emit_quantize_panel, emit_quantize_rows, group_codes, groups,
                      int8_blob, panel_codes, store_group)
 
@@ -276,18 +276,39 @@ def _pairs_conv(op, isa, vw: int) -> bool:
 
 def writes_pairs(op, isa, vw: int) -> bool:
     """Whether op's kernel can store its result as plane pairs of codes (`out_pairs`):
-    a _pairs_conv with an even channel count whose epilogue, if any, runs in registers
-    with one value per row (a bias, an activation: no residual, so never planned over
-    one), column-panel ones over whole vectors of pixels."""
+    a _pairs_conv with an even channel count whose epilogue, if any, runs on vectors
+    (`apply`; a transposed one's tiles then go by channel, transposed_store), column-panel
+    ones over whole vectors of pixels."""
     if not _pairs_conv(op, isa, vw):
         return False
     x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
     if w.shape[0] % 2:
         return False
     epi = op_epilogue(op)
-    if epi is not None and not epi.in_registers:
+    if epi is not None and not hasattr(epi, "apply"):
         return False
     return bf16_transposed(x, w, out, op.attrs, vw, isa) or out.shape[2] * out.shape[3] % vw == 0
+
+
+def reads_pairs_extra(op, v, isa, vw: int) -> bool:
+    """Whether op's kernel can read value v, one of its epilogue's operands (a residual),
+    as plane pairs of codes (`pairs_extras`): a _pairs_conv whose epilogue runs on
+    vectors, v of the result's shape and never op's input or weight; column-panel tiles
+    take the epilogue in registers only over whole vectors of pixels (kernels.tile_post),
+    so their planes hold whole vectors."""
+    if not _pairs_conv(op, isa, vw) or any(u is v for u in op.operands[:2]) or v.type.shape != op.result.type.shape:
+        return False
+    epi = op_epilogue(op)
+    x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
+    return epi is not None and hasattr(epi, "apply") and \
+        (bf16_transposed(x, w, out, op.attrs, vw, isa) or out.shape[2] * out.shape[3] % vw == 0)
+
+
+def bf16_exact(op) -> bool:
+    """Whether op's result is a bf16 value: its epilogue ends rounding to bfloat16
+    (passes/quantize_bf16.rounds_result)."""
+    post = op.attrs.get("post") or []
+    return bool(post) and post[-1][0] == "fake_quant" and post[-1][2].get("dtype") == "bf16"
 
 
 def reads_pairs(op, isa, vw: int) -> bool:
@@ -301,25 +322,74 @@ def reads_pairs(op, isa, vw: int) -> bool:
     return x.shape[1] % 2 == 0 and (conv_geometry(x, w, out, op.attrs)[0] or pair_planes(x, w, out, op.attrs, isa, vw))
 
 
+def passes_pairs(op) -> bool:
+    """Whether op copies plane pairs of codes as they are: a slice of a static NCHW f32
+    tensor over an even number of channels that keeps them all (the subsampling that
+    canonicalize puts before a strided 1x1 conv), run on the pairs as a slice of half
+    the channels of 32-bit elements (codegen)."""
+    if op.name != "cuvil.slice":
+        return False
+    x, out = op.operands[0].type, op.result.type
+    if x.rank != 4 or x.dtype != "f32" or not all(isinstance(d, int) for d in (*x.shape, *out.shape)):
+        return False
+    return x.shape[1] % 2 == 0 and out.shape[1] == x.shape[1] and op.attrs["starts"][1] == 0 \
+        and op.attrs["steps"][1] == 1
+
+
 def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
     """The ids of the ops whose results are stored as plane pairs of codes: result
     [N][C/2][H*W][2] (bf16 codes of planes 2i and 2i + 1 in each 32-bit element), half
-    the f32 bytes. An op writes_pairs, every user is a conv that reads_pairs it as its
-    operand 0 only, it is no output (`outputs`: value ids) and neither it nor a user runs
-    fused into another kernel (`fused`: op ids). Nothing changes in the numbers: every
-    user rounds its input to bf16 codes anyway; the pairs skip that pass and half the
-    bytes, where the result is written and where each user reads it (a 1x1 user's whole
-    panels in place). Measured, ResNet-50 bf16 (its 32 reduce and 3x3 results), Zen 5,
-    interleaved: -1.3% (walls), -0.7..0.8% (per-op medians) at 1 and 2 threads."""
-    chosen = set()
+    the f32 bytes. An op writes_pairs, it is no output (`outputs`: value ids), neither it
+    nor a user runs fused into another kernel (`fused`: op ids), and every user is a conv
+    that reads_pairs it as its operand 0, or, where the result is a bf16 value anyway
+    (bf16_exact), reads_pairs_extra it in its epilogue (a residual), or a slice that
+    passes_pairs to such users (its result is pairs too). A conv planned to write over
+    its residual (the memory plan's in-place convs) stores pairs exactly when that
+    residual is pairs (the two layouts differ): such pairs are dropped together.
+    The convs reading their input round it to bf16 codes anyway, so nothing changes in
+    the numbers; the pairs skip that pass and half the bytes, where the result is
+    written and where each user reads it (a 1x1 user's whole panels in place).
+    Measured, ResNet-50 bf16 (its 32 reduce and 3x3 results), Zen 5, interleaved: -1.3%
+    (walls), -0.7..0.8% (per-op medians) at 1 and 2 threads."""
+
+    def through(r, exact):
+        """The slices that pass r's pairs on, if every reader of r takes pairs, else None."""
+        found = []
+        for u in r.uses:
+            slots = {i for i, v in enumerate(u.operands) if v is r}
+            if id(u) in fused or 1 in slots:
+                return None
+            if slots == {0} and passes_pairs(u) and id(u.result) not in outputs and u.result.uses:
+                more = through(u.result, exact)
+                if more is None:
+                    return None
+                found += [u, *more]
+            elif not (reads_pairs(u, isa, vw) if slots == {0} else exact and reads_pairs_extra(u, r, isa, vw)):
+                return None  # (an extra-reader never has r as its input too)
+        return found
+
+    chosen, tied = {}, []  # tied: ops stored as pairs together or not at all
     for op in ops:
-        if not writes_pairs(op, isa, vw) or id(op) in fused or id(op.result) in outputs:
+        if not writes_pairs(op, isa, vw) or id(op) in fused or id(op.result) in outputs or not op.result.uses:
             continue
-        users = op.result.uses
-        if users and all(id(u) not in fused and u.operands[0] is op.result and
-                         all(v is not op.result for v in u.operands[1:]) and reads_pairs(u, isa, vw) for u in users):
-            chosen.add(id(op))
-    return chosen
+        slices = through(op.result, bf16_exact(op))
+        if slices is not None:
+            chosen.update({id(o): o for o in (op, *slices)})
+            tied += [(op, sl) for sl in slices]
+    for op in ops:  # a conv planned over its residual
+        spot = op.attrs.get("arena_offset")
+        if op.name == "cuvil.conv2d" and spot is not None:
+            tied += [(op, v.defining_op) for v in op.operands[2:]
+                     if v.defining_op is not None and v.defining_op.attrs.get("arena_offset") == spot]
+    changed = True
+    while changed:
+        changed = False
+        for a, b in tied:
+            if (id(a) in chosen) != (id(b) in chosen):
+                chosen.pop(id(a), None)
+                chosen.pop(id(b), None)
+                changed = True
+    return set(chosen)
 
 
 def concat_codes(b, v0, v1, isa):
@@ -327,8 +397,7 @@ def concat_codes(b, v0, v1, isa):
     lanes 2j and 2j + 1 of the pair (v0, v1) joined, low then high 16 bits; from a
     pixel's vectors of consecutive channels, element j is channel pair j's."""
     vw = v0.type.count
-    joined = _concat(b, [_code(b, v0, None, isa), _code(b, v1, None, isa)])
-    return b.bitcast(joined, ir.VectorType(F32, vw))
+    return b.bitcast(bf16_codes2(b, v0, v1), ir.VectorType(F32, vw))
 
 
 def _pairs(k2: KernelArgs, isa):
@@ -419,7 +488,7 @@ def pair_rows_store(b, k2: KernelArgs, rb, isa):
     as one vector of pair codes per vw pixels; a ragged panel's last vector is masked."""
     p, vw = k2.out_type.shape[2] * k2.out_type.shape[3], k2.vw
     fv = ir.VectorType(F32, vw)
-    epi = _row_epilogue(k2, 2, 2)
+    epi = pairs_epilogue(k2)
 
     def store(b, row0, rows, col0, valid, vals):
         for r in range(0, rows, 2):
@@ -427,11 +496,12 @@ def pair_rows_store(b, k2: KernelArgs, rb, isa):
             for v in range(len(vals[r])):
                 col = b.add(col0, i64(v * vw))
                 v0, v1 = vals[r][v], vals[r + 1][v]
-                if epi is not None:
-                    v0, v1 = epi.apply(b, ch, col, v0), epi.apply(b, b.add(ch, i64(1)), col, v1)
+                n = vw if valid is None else min(vw, valid - v * vw)
+                if epi is not None:  # (a residual's lanes past a ragged panel are not read)
+                    lanes = None if n == vw else n
+                    v0, v1 = epi.apply(b, ch, col, v0, lanes, 0), epi.apply(b, b.add(ch, i64(1)), col, v1, lanes, 1)
                 at = b.add(b.mul(b.sdiv(ch, i64(2)), i64(p)), col)
                 ptr = b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer())
-                n = vw if valid is None else min(vw, valid - v * vw)
                 if n == vw:
                     b.store(pair_codes(b, v0, v1, isa), ptr, align=4)
                 else:
