@@ -167,6 +167,7 @@ STAGE_CASES = [  # cin, widths, blocks, stride, input shape, vector bits, whethe
     (24, (32, 64), 2, 2, (2, 24, 14, 14), 512, False),     # every conv transposed, batch 2
     (16, (64, 96), 2, 2, (1, 16, 18, 24), 512, False),     # 432 pixels: a ragged panel; then 9x12, transposed
     (24, (32, 64), 2, 2, (2, 24, 16, 16), 256, False),     # 256-bit vectors, batch 2
+    (16, (32, 64), 2, 2, (2, 16, 2, 2), 512, False),       # 1x1 planes after the stride: a residual per channel
 ]
 
 

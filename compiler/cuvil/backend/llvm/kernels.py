@@ -279,8 +279,9 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
         loop_nest(b, nest, views, body)
     run.supports_cols = supports_cols
     # run.apply may take whole vectors anywhere in a row, lanes past its end included:
-    # every extra operand is one value per row (a bias)
-    run.in_registers = vector_cols and all(fs[0] == 0 for fs in flat_strides[1:])
+    # every extra operand is one value per row (a bias; not one stored as pairs, even of
+    # 1x1 planes: apply_rows reads no pairs)
+    run.in_registers = vector_cols and not paired and all(fs[0] == 0 for fs in flat_strides[1:])
     if vector_cols:
         run.apply = apply
     if run.in_registers:
