@@ -8,7 +8,8 @@ channel panels, odd row blocks), and 1x1 (column-panel, ragged panels, transpose
 A conv result that convs also read as a residual is rounded to bf16 in its epilogue
 (quantize_bf16.rounds_result) and stored as pairs too: ResNet stages with the memory
 plan's in-place convs and the strided projection's slice, against the same module
-without pairs, the interpreter and torch."""
+without pairs, the interpreter and torch; and a max pool between a stem conv and
+convs passing the pairs on."""
 from __future__ import annotations
 
 import numpy as np
@@ -268,3 +269,39 @@ def test_rounding_to_bf16_matches_the_reference_bit_for_bit():
     assert np.array_equal(np.isnan(got), np.isnan(want))
     keep = ~np.isnan(want)
     np.testing.assert_array_equal(got[keep].view(np.uint32), want[keep].view(np.uint32))
+
+
+class _Stem(nn.Module):
+    """A stem conv (no ReLU: negative values too), a max pool (3x3 stride 2, padded:
+    clamped borders) and 1x1 / 3x3 convs reading the pool's result: the stem's result
+    and the pool's are pairs (the pool maxes the codes' values apart)."""
+
+    def __init__(self, relu):
+        super().__init__()
+        torch.manual_seed(11)
+        self.stem, self.pool = nn.Conv2d(3, 32, 5, 2, 2), nn.MaxPool2d(3, 2, 1)
+        self.a, self.b = nn.Conv2d(32, 16, 1), nn.Conv2d(32, 16, 3, padding=1)
+        self.relu = relu
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = self.pool(torch.relu(y) if self.relu else y)
+        return self.a(y) + self.b(y)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("shape", [(1, 3, 64, 64), (2, 3, 63, 49)])   # pooled 32x32, 32x25 (odd)
+def test_a_max_pool_passes_pairs_on(relu, shape, monkeypatch):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(12)).numpy()
+    model = _Stem(relu).eval()
+    module = quantized(_to_ir(model, (torch.from_numpy(x),)), "none", precision="bf16")
+    ops, outs = module.main.body.ops, {id(v) for v in module.main.outputs}
+    pool = next(op for op in ops if op.name == "cuvil.max_pool2d")
+    stem = pool.operands[0].defining_op
+    assert {id(pool), id(stem)} <= qkernels.stored_pairs(ops, outs, DPBF16, 16)
+    (got,), _ = _run(module, x, monkeypatch, True)
+    (plain,), none = _run(module, x, monkeypatch, False)
+    assert none == 0
+    np.testing.assert_array_equal(got, plain)
+    want = model(torch.from_numpy(x)).detach().numpy()
+    assert float(np.abs(got - want).max()) <= 3e-2 * float(np.abs(want).max())

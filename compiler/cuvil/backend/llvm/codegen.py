@@ -219,9 +219,10 @@ class _Codegen:
         f, b = self._function(op, n_args, aliased, symbolic)
         dims = f.args[n_args] if symbolic else None
         types = [self._ktype(t) for t in [op.result.type] + [v.type for v in op.operands]]
-        if op.name == "cuvil.slice" and attrs.get("out_pairs"):  # (qkernels.passes_pairs) a slice of half
-            types = [replace(t, shape=(t.shape[0], t.shape[1] // 2, *t.shape[2:])) for t in types]  # the planes
-            attrs["ends"] = [*attrs["ends"][:1], types[0].shape[1], *attrs["ends"][2:]]
+        if op.name in ("cuvil.slice", "cuvil.max_pool2d") and attrs.get("out_pairs"):  # qkernels.passes_pairs:
+            types = [replace(t, shape=(t.shape[0], t.shape[1] // 2, *t.shape[2:])) for t in types]  # half the planes
+            if op.name == "cuvil.slice":
+                attrs["ends"] = [*attrs["ends"][:1], types[0].shape[1], *attrs["ends"][2:]]
         typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer()) for a, t in zip(f.args[:n_args - 1], types)]
         args = KernelArgs(out=typed[0], out_type=types[0],
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],

@@ -1860,6 +1860,8 @@ def k_max_pool2d(b, k: KernelArgs):
     _, _, pb, pr = k.attrs["pads"]
     if dt in ("f32", "f16", "f64") and dh == dw == 1 and max(pt, pb) < kh and max(pl, pr) < kw:
         return _max_pool_clamped(b, k)
+    if k.attrs.get("out_pairs"):
+        raise BackendError("a max pool over plane pairs needs windows that overlap the image (qkernels.passes_pairs)")
 
     def plane(b, k2, nc):
         X, O = k2.ins[0], k2.out
@@ -1890,12 +1892,26 @@ def _max_pool_clamped(b, k: KernelArgs):
     than the kernel): a tap outside the image is moved to the nearest row / column
     inside, which is in the same window, and max ignores repeats, so there are no masks.
     Per output row the kh row offsets are clamped once; the columns whose taps are all
-    inside (the interior) load without clamping."""
+    inside (the interior) load without clamping.
+    `out_pairs` (qkernels.passes_pairs): input and result are plane pairs of bf16 codes
+    (the types: half the planes of 32-bit elements); each element's two codes are
+    widened to f32, maxed apart and joined again (exact: they are bf16 values)."""
     n, c, h, w = k.in_types[0].shape
     _, _, oh, ow = k.out_type.shape
     (kh, kw), (sh, sw), (pt, pl, _, _) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
     dt = k.out_type.dtype
     x_lo, x_hi = _inside(w, ow, kw, sw, pl)
+    i32, top = ir.IntType(32), ir.Constant(ir.IntType(32), -65536)
+
+    def halves(b, v):  # an element of pairs: (plane 2i's value, plane 2i + 1's), f32
+        bits = b.bitcast(v, i32)
+        return b.bitcast(b.shl(bits, ir.Constant(i32, 16)), F32), b.bitcast(b.and_(bits, top), F32)
+
+    def joined(b, lo, hi):
+        return b.bitcast(b.or_(b.and_(b.bitcast(hi, i32), top), b.lshr(b.bitcast(lo, i32), ir.Constant(i32, 16))), F32)
+    pairs = bool(k.attrs.get("out_pairs"))
+    if pairs and dt != "f32":
+        raise BackendError("a max pool over plane pairs needs f32 types")
 
     def plane(b, k2, nc):
         X, O = k2.ins[0], k2.out
@@ -1916,8 +1932,9 @@ def _max_pool_clamped(b, k: KernelArgs):
                             ix = _imin(b, _imax(b, ix, i64(0)), i64(w - 1))
                         for r in rows:
                             v = load(b, X, b.add(r, ix), dt)
-                            best = v if best is None else _fmax(b, best, v)
-                    store(b, best, O, b.add(orow, x), dt)
+                            v = halves(b, v) if pairs else (v,)
+                            best = v if best is None else tuple(_fmax(b, m, u) for m, u in zip(best, v))
+                    store(b, joined(b, *best) if pairs else best[0], O, b.add(orow, x), dt)
             columns(0, x_lo, True)
             columns(x_lo, x_hi, False)
             columns(x_hi, ow, True)

@@ -18,7 +18,8 @@ accumulation. Where the target has a bf16 dot product (KernelArgs.bf16: AVX-512-
 those of thin output planes, and those over plane pairs, whose GEMM reads each pixel's
 taps straight from the pairs, gather_at, with no im2col). A conv result that only such
 convs read is stored as those pairs in the first place (stored_pairs: `out_pairs` on
-the producer, `in_pairs` on its readers).
+the producer, `in_pairs` on its readers), also one they read as a residual where it is
+a bf16 value (`pairs_extras`), and through a slice or max pool between (passes_pairs).
 Elsewhere (the plain `bf16` isa) the f32 GEMMs of kernels.py, their weights kept as
 bf16 bits and widened as they are read (exact), the activations rounded to bf16 as they
 are packed (a matmul's A, once per call into scratch; a conv's panels): the products are then exactly the
@@ -323,17 +324,24 @@ def reads_pairs(op, isa, vw: int) -> bool:
 
 
 def passes_pairs(op) -> bool:
-    """Whether op copies plane pairs of codes as they are: a slice of a static NCHW f32
-    tensor over an even number of channels that keeps them all (the subsampling that
-    canonicalize puts before a strided 1x1 conv), run on the pairs as a slice of half
-    the channels of 32-bit elements (codegen)."""
-    if op.name != "cuvil.slice":
+    """Whether op can take plane pairs of codes and give pairs: over a static NCHW f32
+    tensor of an even number of channels, a slice that keeps them all (the subsampling
+    that canonicalize puts before a strided 1x1 conv; run on the pairs as a slice of
+    half the planes of 32-bit elements), or a max pool whose windows all overlap the
+    image (kernels._max_pool_clamped: each code pair widened, maxed apart, joined). The
+    max of values rounded to bf16 is the rounded max (rounding is monotonic) but for
+    the sign of a zero: the pool's readers, convs rounding their input, see the same."""
+    if op.name not in ("cuvil.slice", "cuvil.max_pool2d"):
         return False
     x, out = op.operands[0].type, op.result.type
     if x.rank != 4 or x.dtype != "f32" or not all(isinstance(d, int) for d in (*x.shape, *out.shape)):
         return False
-    return x.shape[1] % 2 == 0 and out.shape[1] == x.shape[1] and op.attrs["starts"][1] == 0 \
-        and op.attrs["steps"][1] == 1
+    if x.shape[1] % 2 or out.shape[1] != x.shape[1]:
+        return False
+    if op.name == "cuvil.slice":
+        return op.attrs["starts"][1] == 0 and op.attrs["steps"][1] == 1
+    (kh, kw), (pt, pl, pb, pr) = op.attrs["kernel"], op.attrs["pads"]
+    return tuple(op.attrs.get("dilation", [1, 1])) == (1, 1) and max(pt, pb) < kh and max(pl, pr) < kw
 
 
 def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
@@ -342,8 +350,8 @@ def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
     the f32 bytes. An op writes_pairs, it is no output (`outputs`: value ids), neither it
     nor a user runs fused into another kernel (`fused`: op ids), and every user is a conv
     that reads_pairs it as its operand 0, or, where the result is a bf16 value anyway
-    (bf16_exact), reads_pairs_extra it in its epilogue (a residual), or a slice that
-    passes_pairs to such users (its result is pairs too). A conv planned to write over
+    (bf16_exact), reads_pairs_extra it in its epilogue (a residual), or a slice or max
+    pool that passes_pairs to such users (its result is pairs too). A conv planned to write over
     its residual (the memory plan's in-place convs) stores pairs exactly when that
     residual is pairs (the two layouts differ): such pairs are dropped together.
     The convs reading their input round it to bf16 codes anyway, so nothing changes in
