@@ -19,12 +19,11 @@ bf16 mode); everything else is unchanged.
 """
 from __future__ import annotations
 
-from ..ir.ops.quant import Dequantize, as_rows, bf16_encode
+from ..ir.ops.quant import Dequantize, as_rows, bf16_encode, rounds_to_bf16
 from ..ir.ops.shape import Constant
 from .quantize_int8 import int8_candidate
 
 BF16_ACT = {"dtype": "bf16"}
-ROUND_BF16 = ["fake_quant", None, {"dtype": "bf16"}]  # the epilogue step, its operand slot set per op
 
 
 def bf16_rewrite(fn) -> int:
@@ -61,7 +60,7 @@ def bf16_rewrite(fn) -> int:
         if rounds_result(op, outputs):
             post = list(op.attrs.get("post") or [])
             last = len(op.operands) - 2 + len(post)  # the program's result slot (0: the raw result)
-            post.append([ROUND_BF16[0], [last], dict(ROUND_BF16[2])])
+            post.append(["fake_quant", [last], {"dtype": "bf16"}])
             op.attrs["post"] = post
     return count
 
@@ -85,5 +84,4 @@ def rounds_result(op, outputs) -> bool:
         if not _bf16_conv(u) or 1 in slots:
             return False
         in_epilogue |= any(i >= 2 for i in slots)
-    post = op.attrs.get("post") or []
-    return in_epilogue and not (post and post[-1][0] == ROUND_BF16[0] and post[-1][2] == ROUND_BF16[2])
+    return in_epilogue and not rounds_to_bf16(op.attrs.get("post") or [])

@@ -15,6 +15,7 @@ from llvmlite import ir
 
 from ...errors import BackendError
 from ...ir.ops.nn import AvgPool2d, Resize, adaptive_ranges
+from ...ir.ops.quant import rounds_to_bf16
 from ...ir.types import TensorType
 from .symbolic import FnSizes, KType, body_block, emitting, lower, upper
 from .emit import (F32, I64, PTR, REDUCE, REG_TYPES, View, broadcast_strides, coalesce, contiguous_strides,
@@ -186,8 +187,8 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
             return b.bitcast(b.shl(got, ir.Constant(ity, [16] * vty.count)), vty)
         if half == 1:
             return b.bitcast(b.and_(got, ir.Constant(ity, [-65536] * vty.count)), vty)
-        shift = b.shuffle_vector(b.insert_element(ir.Constant(ity, ir.Undefined), off[1], ir.Constant(ir.IntType(32), 0)),
-                                 ir.Constant(ity, ir.Undefined), ir.Constant(ity, [0] * vty.count))
+        one = b.insert_element(ir.Constant(ity, ir.Undefined), off[1], ir.Constant(ir.IntType(32), 0))
+        shift = b.shuffle_vector(one, ir.Constant(ity, ir.Undefined), ir.Constant(ity, [0] * vty.count))
         return b.bitcast(b.shl(b.lshr(got, shift), ir.Constant(ity, [16] * vty.count)), vty)
 
     def apply_at(b, offs, col, vec, lanes=None, half=None):
@@ -293,7 +294,7 @@ def pairs_epilogue(k2: KernelArgs):
     """The _row_epilogue of a conv that stores plane pairs of codes (`out_pairs`), less a
     last rounding to bfloat16 (quantize_bf16.rounds_result): the codes are that rounding."""
     post = k2.attrs.get("post") or []
-    if post and post[-1][0] == "fake_quant" and post[-1][2].get("dtype") == "bf16":
+    if rounds_to_bf16(post):
         k2 = replace(k2, attrs={**k2.attrs, "post": post[:-1]})
     return _row_epilogue(k2, 2, 2)
 

@@ -34,13 +34,13 @@ import numpy as np
 from llvmlite import ir
 
 from ...errors import BackendError
-from ...ir.ops.quant import bf16_decode
+from ...ir.ops.quant import bf16_decode, rounds_to_bf16
 from .emit import F32, I8, i64
 from .gemm import _min, _vec_ptr, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _padded_base, _load_lanes, _row_epilogue,
                       _store_lanes, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d, masked_vectors,
-                      matmul_packed, op_epilogue, padded_column, pairs_epilogue, padded_input, padded_reader, parallel, run_transposed,
-                      thin_panels, tile_epilogue_of, transposed_store)
+                      matmul_packed, op_epilogue, padded_column, padded_input, padded_reader, pairs_epilogue,
+                      parallel, run_transposed, thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
 from .qgemm import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from .qgemm8 import (BF16_GENERIC, GENERIC, I16, I32, Gather, bf16_blob, bf16_codes2, code_type, emit_i8a_gemm,
@@ -297,7 +297,8 @@ def reads_pairs_extra(op, v, isa, vw: int) -> bool:
     vectors, v of the result's shape and never op's input or weight; column-panel tiles
     take the epilogue in registers only over whole vectors of pixels (kernels.tile_post),
     so their planes hold whole vectors."""
-    if not _pairs_conv(op, isa, vw) or any(u is v for u in op.operands[:2]) or v.type.shape != op.result.type.shape:
+    if not _pairs_conv(op, isa, vw) or any(u is v for u in op.operands[:2]) or \
+            tuple(v.type.shape) != tuple(op.result.type.shape):
         return False
     epi = op_epilogue(op)
     x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
@@ -308,8 +309,7 @@ def reads_pairs_extra(op, v, isa, vw: int) -> bool:
 def bf16_exact(op) -> bool:
     """Whether op's result is a bf16 value: its epilogue ends rounding to bfloat16
     (passes/quantize_bf16.rounds_result)."""
-    post = op.attrs.get("post") or []
-    return bool(post) and post[-1][0] == "fake_quant" and post[-1][2].get("dtype") == "bf16"
+    return rounds_to_bf16(op.attrs.get("post") or [])
 
 
 def reads_pairs(op, isa, vw: int) -> bool:
@@ -351,17 +351,20 @@ def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
     nor a user runs fused into another kernel (`fused`: op ids), and every user is a conv
     that reads_pairs it as its operand 0, or, where the result is a bf16 value anyway
     (bf16_exact), reads_pairs_extra it in its epilogue (a residual), or a slice or max
-    pool that passes_pairs to such users (its result is pairs too). A conv planned to write over
-    its residual (the memory plan's in-place convs) stores pairs exactly when that
-    residual is pairs (the two layouts differ): such pairs are dropped together.
+    pool that passes_pairs to such users (its result is pairs too). A conv planned to
+    write over its residual (the memory plan's in-place convs) stores pairs exactly when
+    that residual is pairs (the two layouts differ): such pairs are dropped together.
     The convs reading their input round it to bf16 codes anyway, so nothing changes in
     the numbers; the pairs skip that pass and half the bytes, where the result is
     written and where each user reads it (a 1x1 user's whole panels in place).
-    Measured, ResNet-50 bf16 (its 32 reduce and 3x3 results), Zen 5, interleaved: -1.3%
-    (walls), -0.7..0.8% (per-op medians) at 1 and 2 threads."""
+    Measured, ResNet-50 bf16, Zen 5, interleaved: its 32 reduce and 3x3 results -1.3%
+    (walls), -0.7..0.8% (per-op medians) at 1 and 2 threads; then the residual stream
+    too (with the in-place convs, the projections' slices and the stem's pool) -2.4% /
+    -3.7% at 1 / 2 threads (per-op medians)."""
 
     def through(r, exact):
-        """The slices that pass r's pairs on, if every reader of r takes pairs, else None."""
+        """The slices and pools that pass r's pairs on, if every reader of r takes pairs
+        (`exact`: r holds bf16 values, so an epilogue may read it too), else None."""
         found = []
         for u in r.uses:
             slots = {i for i, v in enumerate(u.operands) if v is r}
@@ -380,10 +383,10 @@ def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
     for op in ops:
         if not writes_pairs(op, isa, vw) or id(op) in fused or id(op.result) in outputs or not op.result.uses:
             continue
-        slices = through(op.result, bf16_exact(op))
-        if slices is not None:
-            chosen.update({id(o): o for o in (op, *slices)})
-            tied += [(op, sl) for sl in slices]
+        passing = through(op.result, bf16_exact(op))
+        if passing is not None:
+            chosen.update({id(o): o for o in (op, *passing)})
+            tied += [(op, o) for o in passing]
     for op in ops:  # a conv planned over its residual
         spot = op.attrs.get("arena_offset")
         if op.name == "cuvil.conv2d" and spot is not None:

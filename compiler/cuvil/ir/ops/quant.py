@@ -113,6 +113,13 @@ def act_bounds(aq: dict) -> tuple[int, int]:
     return int(aq.get("qmin", lo)), int(aq.get("qmax", hi))
 
 
+def rounds_to_bf16(post) -> bool:
+    """Whether an epilogue program (`post`) ends rounding to bfloat16 (a last
+    `fake_quant {dtype: bf16}` step, passes/quantize_bf16.rounds_result): its op's
+    result holds bf16 values."""
+    return bool(post) and post[-1][0] == "fake_quant" and post[-1][2] == {"dtype": "bf16"}
+
+
 def fake_quant(x: np.ndarray, aq: dict) -> np.ndarray:
     """x quantized per tensor as `act_quant` aq says, and mapped back to f32."""
     if aq["dtype"] == "bf16":
