@@ -11,7 +11,7 @@ constants are folded into the kernels that use them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 from llvmlite import ir
@@ -154,12 +154,11 @@ class _Codegen:
         attrs = {k: v for k, v in op.attrs.items() if k not in _PLAN_ATTRS}
         if id(op) in self.pairs:
             attrs["out_pairs"] = True
-        if op.operands and op.operands[0].defining_op is not None and id(op.operands[0].defining_op) in self.pairs:
+        paired = [i for i, v in enumerate(op.operands) if v.defining_op is not None and id(v.defining_op) in self.pairs]
+        if 0 in paired:
             attrs["in_pairs"] = True
-        extras = [i for i, v in enumerate(op.operands) if i >= 2 and v.defining_op is not None
-                  and id(v.defining_op) in self.pairs]
-        if extras:  # epilogue operands stored as pairs (a residual: qkernels.reads_pairs_extra)
-            attrs["pairs_extras"] = extras
+        if any(i >= 2 for i in paired):  # epilogue operands stored as pairs (a residual: qkernels.reads_pairs_extra)
+            attrs["pairs_extras"] = [i for i in paired if i >= 2]
         packed = self._packs_b(op)
         q4 = qkernels.quantized_weight(op)
         bound = sorted((k, v) for k, v in self.fixed.items() if k in op_types_symbols(op))
@@ -219,10 +218,8 @@ class _Codegen:
         f, b = self._function(op, n_args, aliased, symbolic)
         dims = f.args[n_args] if symbolic else None
         types = [self._ktype(t) for t in [op.result.type] + [v.type for v in op.operands]]
-        if op.name in ("cuvil.slice", "cuvil.max_pool2d") and attrs.get("out_pairs"):  # qkernels.passes_pairs:
-            types = [replace(t, shape=(t.shape[0], t.shape[1] // 2, *t.shape[2:])) for t in types]  # half the planes
-            if op.name == "cuvil.slice":
-                attrs["ends"] = [*attrs["ends"][:1], types[0].shape[1], *attrs["ends"][2:]]
+        if attrs.get("out_pairs") and qkernels.passes_pairs(op):  # it runs on the pairs as they are
+            types, attrs = qkernels.pairs_view(op.name, types, attrs)
         typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer()) for a, t in zip(f.args[:n_args - 1], types)]
         args = KernelArgs(out=typed[0], out_type=types[0],
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],

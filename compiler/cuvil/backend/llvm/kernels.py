@@ -117,6 +117,18 @@ def _epilogue(b, k: KernelArgs, n_main: int):
                          first_is_out=True)
 
 
+def pair_half(b, v, half: int):
+    """The f32 value (scalar or vector) of one code of elements of plane pairs (32 bits
+    each, as f32: two bf16 codes): half 0 the low code (plane 2i's), 1 the high one."""
+    vec = isinstance(v.type, ir.VectorType)
+    ity = ir.VectorType(ir.IntType(32), v.type.count) if vec else ir.IntType(32)
+
+    def c(x):
+        return ir.Constant(ity, [x] * v.type.count) if vec else ir.Constant(ity, x)
+    bits = b.bitcast(v, ity)
+    return b.bitcast(b.shl(bits, c(16)) if half == 0 else b.and_(bits, c(-65536)), v.type)
+
+
 def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     """An epilogue callback for GEMM row blocks: the result is viewed as rows (the first
     `split` dims, flattened) x columns (the rest); rows [row0, row0+rows) get the post
@@ -132,9 +144,10 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     shape = list(k.out_type.shape)
     row_dims, col_dims = shape[:split], shape[split:]
     consts = {i - n_main: v for i, v in k.consts.items() if i >= n_main}
-    extras = [(p, t) for i, (p, t) in enumerate(zip(k.ins[n_main:], k.in_types[n_main:])) if i not in consts]
-    paired = {1 + sum(1 for i in range(n_main, o) if i - n_main not in consts)
-              for o in k.attrs.get("pairs_extras") or () if o - n_main not in consts}  # their places in ptrs
+    kept = [i for i in range(len(k.in_types) - n_main) if i not in consts]  # the extras with a pointer
+    extras = [(k.ins[n_main + i], k.in_types[n_main + i]) for i in kept]
+    paired = {1 + kept.index(o - n_main) for o in k.attrs.get("pairs_extras") or ()
+              if o - n_main in kept}  # their places in ptrs
     if paired and (split != 2 or any(tuple(extras[j - 1][1].shape) != tuple(shape) for j in paired)):
         raise BackendError("an epilogue operand stored as plane pairs needs the result's shape and NCHW rows")
     n_cols = prod(shape[split:])
@@ -180,16 +193,14 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     def load_pairs(b, j, off, col, vty, lanes, half=None):
         """The f32 values of pairs operand j at columns from col (off: row_offsets'); `half`
         (0, 1): the row's parity where it is known."""
-        ity = ir.VectorType(ir.IntType(32), vty.count)
         ptr = b.bitcast(b.gep(ptrs[j], [b.add(off[0], col)], inbounds=True), vty.as_pointer())
-        got = b.bitcast(_load_lanes(b, ptr, vty, [lanes is None or e < lanes for e in range(vty.count)]), ity)
-        if half == 0:
-            return b.bitcast(b.shl(got, ir.Constant(ity, [16] * vty.count)), vty)
-        if half == 1:
-            return b.bitcast(b.and_(got, ir.Constant(ity, [-65536] * vty.count)), vty)
+        got = _load_lanes(b, ptr, vty, [lanes is None or e < lanes for e in range(vty.count)])
+        if half is not None:
+            return pair_half(b, got, half)
+        ity = ir.VectorType(ir.IntType(32), vty.count)  # the row's half brought down to the low code
         one = b.insert_element(ir.Constant(ity, ir.Undefined), off[1], ir.Constant(ir.IntType(32), 0))
         shift = b.shuffle_vector(one, ir.Constant(ity, ir.Undefined), ir.Constant(ity, [0] * vty.count))
-        return b.bitcast(b.shl(b.lshr(got, shift), ir.Constant(ity, [16] * vty.count)), vty)
+        return pair_half(b, b.bitcast(b.lshr(b.bitcast(got, ity), shift), vty), 0)
 
     def apply_at(b, offs, col, vec, lanes=None, half=None):
         """The program on vec, the result's vector at columns from col of the row whose
@@ -984,39 +995,30 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
                 at = b.add(b.mul(b.add(b.sdiv(ch0, i64(2)), i64(j)), i64(p)), row0)
                 _store_lanes(b, vec, b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
 
-    def pair_store_by_channel(b, row0, rows, col0, valid, vals):
-        # an epilogue over pixels (a residual): each channel vector transposed, its
-        # pixels take the epilogue, then channels 2j and 2j + 1 become pair j's codes
-        from .qkernels import pair_codes
-        for v in range(len(vals[0])):
-            lanes = _vector_transpose(b, [vals[r][v] for r in range(rows)] + [zero] * (vw - rows))
-            for j in range(0, vw, 2):  # channels col0 + v * vw + j and the next
-                if valid is not None and v * vw + j >= valid:
-                    break
-                ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
-                two = [epi.apply(b, b.add(ch, i64(h)), row0, lanes[j + h], rows, h) for h in (0, 1)]
-                at = b.add(b.mul(b.sdiv(ch, i64(2)), i64(p)), row0)
-                _store_lanes(b, pair_codes(b, two[0], two[1], pairs),
-                             b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
-
-    if pairs is not None and epi is not None and not hasattr(epi, "apply_rows") and not hasattr(epi, "apply"):
+    if pairs is not None and epi is not None and not hasattr(epi, "apply"):
         raise BackendError("a transposed conv stores plane pairs only with an epilogue on vectors (writes_pairs)")
 
     def store(b, row0, rows, col0, valid, vals):
-        if pairs is not None and epi is not None and not hasattr(epi, "apply_rows"):
-            return pair_store_by_channel(b, row0, rows, col0, valid, vals)
-        if pairs is not None:
+        if pairs is not None and (epi is None or hasattr(epi, "apply_rows")):
             return pair_store(b, row0, rows, col0, valid, vals)
+        # by channel: each vector of the tile transposed, each channel's pixels take the
+        # epilogue (an even channel count where a pairs operand is read: channel parity
+        # j % 2); with `pairs` (an epilogue over pixels, a residual) channels 2i and
+        # 2i + 1 then become pair i's codes
+        from .qkernels import pair_codes
+        step = 1 if pairs is None else 2
         for v in range(len(vals[0])):
             lanes = _vector_transpose(b, [vals[r][v] for r in range(rows)] + [zero] * (vw - rows))
-            for j, vec in enumerate(lanes):  # channel col0 + v * vw + j: pixels row0 ..
+            for j in range(0, vw, step):  # channels col0 + v * vw + j (and the next): pixels row0 ..
                 if valid is not None and v * vw + j >= valid:
                     break
                 ch = b.add(b.mul(ni, i64(oc)), b.add(col0, i64(v * vw + j)))
-                if epi is not None:  # (an even channel count where a pairs operand is read)
-                    vec = epi.apply(b, ch, row0, vec, rows, j % 2)
-                at = b.bitcast(b.gep(k2.out, [b.add(b.mul(ch, i64(p)), row0)], inbounds=True), fv.as_pointer())
-                _store_lanes(b, vec, at, rows)
+                got = [lanes[j + h] if epi is None else epi.apply(b, b.add(ch, i64(h)), row0, lanes[j + h], rows,
+                                                                  (j + h) % 2) for h in range(step)]
+                vec = got[0] if pairs is None else pair_codes(b, got[0], got[1], pairs)
+                at = b.mul(ch, i64(p)) if pairs is None else b.mul(b.sdiv(ch, i64(2)), i64(p))
+                _store_lanes(b, vec, b.bitcast(b.gep(k2.out, [b.add(at, row0)], inbounds=True), fv.as_pointer()),
+                             rows)
     return store
 
 
@@ -1902,14 +1904,10 @@ def _max_pool_clamped(b, k: KernelArgs):
     (kh, kw), (sh, sw), (pt, pl, _, _) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
     dt = k.out_type.dtype
     x_lo, x_hi = _inside(w, ow, kw, sw, pl)
-    i32, top = ir.IntType(32), ir.Constant(ir.IntType(32), -65536)
+    i32 = ir.IntType(32)
 
-    def halves(b, v):  # an element of pairs: (plane 2i's value, plane 2i + 1's), f32
-        bits = b.bitcast(v, i32)
-        return b.bitcast(b.shl(bits, ir.Constant(i32, 16)), F32), b.bitcast(b.and_(bits, top), F32)
-
-    def joined(b, lo, hi):
-        return b.bitcast(b.or_(b.and_(b.bitcast(hi, i32), top), b.lshr(b.bitcast(lo, i32), ir.Constant(i32, 16))), F32)
+    def joined(b, lo, hi):  # two bf16 values (pair_half's) as one element of pairs
+        return b.bitcast(b.or_(b.bitcast(hi, i32), b.lshr(b.bitcast(lo, i32), ir.Constant(i32, 16))), F32)
     pairs = bool(k.attrs.get("out_pairs"))
     if pairs and dt != "f32":
         raise BackendError("a max pool over plane pairs needs f32 types")
@@ -1933,7 +1931,7 @@ def _max_pool_clamped(b, k: KernelArgs):
                             ix = _imin(b, _imax(b, ix, i64(0)), i64(w - 1))
                         for r in rows:
                             v = load(b, X, b.add(r, ix), dt)
-                            v = halves(b, v) if pairs else (v,)
+                            v = (pair_half(b, v, 0), pair_half(b, v, 1)) if pairs else (v,)
                             best = v if best is None else tuple(_fmax(b, m, u) for m, u in zip(best, v))
                     store(b, joined(b, *best) if pairs else best[0], O, b.add(orow, x), dt)
             columns(0, x_lo, True)

@@ -330,9 +330,8 @@ def group_codes(b, xs, aq, isa, vw):
     g = isa.group
     fv = ir.VectorType(F32, vw)
     rows = [xs[i] if i < len(xs) else ir.Constant(fv, [0.0] * vw) for i in range(g)]
-    joined = bf16_codes2(b, *rows) if isa.dot == "dpbf16ps" and g == 2 else \
-        _concat(b, [_code(b, x, aq, isa) for x in rows])
-    # then one shuffle interleaves the rows
+    # the rows' codes one after the other, then one shuffle interleaves them
+    joined = bf16_codes2(b, *rows) if isa.dot == "dpbf16ps" else _concat(b, [_code(b, x, aq, isa) for x in rows])
     mask = ir.Constant(ir.VectorType(I32, vw * g), [i * vw + j for j in range(vw) for i in range(g)])
     return b.shuffle_vector(joined, ir.Constant(joined.type, ir.Undefined), mask)
 

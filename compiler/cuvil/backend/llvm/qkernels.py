@@ -28,6 +28,7 @@ gemm.pack_b panels, a conv's rows as they are).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from math import gcd
 
 import numpy as np
@@ -342,6 +343,15 @@ def passes_pairs(op) -> bool:
         return op.attrs["starts"][1] == 0 and op.attrs["steps"][1] == 1
     (kh, kw), (pt, pl, pb, pr) = op.attrs["kernel"], op.attrs["pads"]
     return tuple(op.attrs.get("dilation", [1, 1])) == (1, 1) and max(pt, pb) < kh and max(pl, pr) < kw
+
+
+def pairs_view(name: str, types, attrs):
+    """(types, attrs) of a passes_pairs op's kernel over plane pairs: its result and
+    input as half the planes of 32-bit elements (a slice's channel end too)."""
+    types = [replace(t, shape=(t.shape[0], t.shape[1] // 2, *t.shape[2:])) for t in types]
+    if name == "cuvil.slice":
+        attrs = {**attrs, "ends": [attrs["ends"][0], types[0].shape[1], *attrs["ends"][2:]]}
+    return types, attrs
 
 
 def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
