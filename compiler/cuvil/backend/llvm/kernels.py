@@ -129,6 +129,27 @@ def pair_half(b, v, half: int):
     return b.bitcast(b.shl(bits, c(16)) if half == 0 else b.and_(bits, c(-65536)), v.type)
 
 
+def index_div(b, x, n):
+    """x // n for an index x >= 0 (i64) and a count n > 0 (an int or a runtime size): a
+    shift for a power of two, else an unsigned division (the signed one's fix-ups for a
+    negative x cost a few instructions per use: ResNet-50 bf16's expand convs, whose
+    epilogues find each row's bias and residual, -5..8% each)."""
+    if not isinstance(n, int):
+        return b.udiv(x, i64(n))
+    if n == 1:
+        return x
+    return b.lshr(x, i64(n.bit_length() - 1)) if n & (n - 1) == 0 else b.udiv(x, i64(n))
+
+
+def index_rem(b, x, n):
+    """x % n for an index x >= 0 (i64) and a count n > 0 (an int or a runtime size)."""
+    if not isinstance(n, int):
+        return b.urem(x, i64(n))
+    if n == 1:
+        return i64(0)
+    return b.and_(x, i64(n - 1)) if n & (n - 1) == 0 else b.urem(x, i64(n))
+
+
 def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     """An epilogue callback for GEMM row blocks: the result is viewed as rows (the first
     `split` dims, flattened) x columns (the rest); rows [row0, row0+rows) get the post
@@ -182,12 +203,14 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
         offs = [i64(0)] * len(ptrs)
         rem = r
         for d in reversed(range(split)):
-            coord = b.srem(rem, i64(row_dims[d])) if d else rem
-            rem = b.sdiv(rem, i64(row_dims[d]))
+            if d and not all(isinstance(e, int) and e == 1 for e in row_dims[:d]):
+                coord, rem = index_rem(b, rem, row_dims[d]), index_div(b, rem, row_dims[d])
+            else:  # the outer dims are all 1: rem < row_dims[d]
+                coord, rem = rem, i64(0)
             offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
         for j in paired:
-            offs[j] = (b.mul(b.sdiv(r, i64(2)), i64(n_cols)),
-                       b.trunc(b.mul(b.srem(r, i64(2)), i64(16)), ir.IntType(32)))
+            offs[j] = (b.mul(index_div(b, r, 2), i64(n_cols)),
+                       b.trunc(b.mul(index_rem(b, r, 2), i64(16)), ir.IntType(32)))
         return offs
 
     def load_pairs(b, j, off, col, vty, lanes, half=None):
@@ -992,7 +1015,7 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
             for j, vec in enumerate(lanes):  # pair j: channels 2j, 2j + 1 from ch0
                 if 2 * j >= real[0] + real[1]:
                     break
-                at = b.add(b.mul(b.add(b.sdiv(ch0, i64(2)), i64(j)), i64(p)), row0)
+                at = b.add(b.mul(b.add(index_div(b, ch0, 2), i64(j)), i64(p)), row0)
                 _store_lanes(b, vec, b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
 
     if pairs is not None and epi is not None and not hasattr(epi, "apply"):
@@ -1016,7 +1039,7 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
                 got = [lanes[j + h] if epi is None else epi.apply(b, b.add(ch, i64(h)), row0, lanes[j + h], rows,
                                                                   (j + h) % 2) for h in range(step)]
                 vec = got[0] if pairs is None else pair_codes(b, got[0], got[1], pairs)
-                at = b.mul(ch, i64(p)) if pairs is None else b.mul(b.sdiv(ch, i64(2)), i64(p))
+                at = b.mul(ch, i64(p)) if pairs is None else b.mul(index_div(b, ch, 2), i64(p))
                 _store_lanes(b, vec, b.bitcast(b.gep(k2.out, [b.add(at, row0)], inbounds=True), fv.as_pointer()),
                              rows)
     return store

@@ -39,7 +39,7 @@ from ...ir.ops.quant import bf16_decode, rounds_to_bf16
 from .emit import F32, I8, i64
 from .gemm import _min, _vec_ptr, bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
 from .kernels import (KernelArgs, Transposed, _epilogue, _im2col_panel, _padded_base, _load_lanes, _row_epilogue,
-                      _store_lanes, conv_geometry, conv_pack_panel, conv_schedule, k_conv2d, masked_vectors,
+                      _store_lanes, conv_geometry, conv_pack_panel, conv_schedule, index_div, k_conv2d, masked_vectors,
                       matmul_packed, op_epilogue, padded_column, padded_input, padded_reader, pairs_epilogue,
                       parallel, run_transposed, thin_panels, tile_epilogue_of, transposed_store)
 from .loops import for_range
@@ -521,7 +521,7 @@ def pair_rows_store(b, k2: KernelArgs, rb, isa):
                 if epi is not None:  # (a residual's lanes past a ragged panel are not read)
                     lanes = None if n == vw else n
                     v0, v1 = epi.apply(b, ch, col, v0, lanes, 0), epi.apply(b, b.add(ch, i64(1)), col, v1, lanes, 1)
-                at = b.add(b.mul(b.sdiv(ch, i64(2)), i64(p)), col)
+                at = b.add(b.mul(index_div(b, ch, 2), i64(p)), col)
                 ptr = b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer())
                 if n == vw:
                     b.store(pair_codes(b, v0, v1, isa), ptr, align=4)
