@@ -200,14 +200,7 @@ def _row_epilogue(k: KernelArgs, n_main: int, split: int):
     def row_offsets(b, r):
         """Each operand's element offset of flat row r (of a pairs operand: (its 32-bit
         element offset, the shift that brings r's half down, i32))."""
-        offs = [i64(0)] * len(ptrs)
-        rem = r
-        for d in reversed(range(split)):
-            if d and not all(isinstance(e, int) and e == 1 for e in row_dims[:d]):
-                coord, rem = index_rem(b, rem, row_dims[d]), index_div(b, rem, row_dims[d])
-            else:  # the outer dims are all 1: rem < row_dims[d]
-                coord, rem = rem, i64(0)
-            offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, strides)]
+        offs = flat_offsets(b, r, row_dims, [st[:split] for st in strides])
         for j in paired:
             offs[j] = (b.mul(index_div(b, r, 2), i64(n_cols)),
                        b.trunc(b.mul(index_rem(b, r, 2), i64(16)), ir.IntType(32)))
@@ -397,8 +390,10 @@ def flat_offsets(b, flat, shape, stride_sets):
     offs = [i64(0)] * len(stride_sets)
     rem = flat
     for d in reversed(range(len(shape))):
-        coord = b.srem(rem, i64(shape[d])) if d else rem
-        rem = b.sdiv(rem, i64(shape[d]))
+        if d and not all(isinstance(e, int) and e == 1 for e in shape[:d]):
+            coord, rem = index_rem(b, rem, shape[d]), index_div(b, rem, shape[d])
+        else:  # the outer dims are all 1: rem < shape[d]
+            coord, rem = rem, i64(0)
         offs = [b.add(o, b.mul(coord, i64(st[d]))) if st[d] else o for o, st in zip(offs, stride_sets)]
     return offs
 
