@@ -105,6 +105,8 @@ class ConvResidual(nn.Module):
     (conv(64, 48, 3, padding=1), (1, 64, 7, 7)),                       # ResNet's last stage, smaller
     (conv(32, 37, 3, stride=2, padding=1), (2, 32, 14, 14)),           # channels not whole vectors
     (conv(48, 70, 1), (1, 48, 7, 7)),                                   # 1x1: the input is im2col^T
+    (conv(48, 64, 1), (2, 48, 7, 7)),                                   # 1x1, whole panels: tiles stored
+    (conv(64, 96, 1, bias=False), (1, 64, 14, 14)),                    # transposed from registers
     (conv(40, 64, 1, stride=2), (2, 40, 13, 13)),                      # strided 1x1: packed
     (conv(16, 20, 3, padding=2, dilation=2), (1, 16, 9, 11)),          # dilation: packed per element
     (conv(24, 33, 1), (3, 24, 1, 1)),                                   # one output position
@@ -123,6 +125,27 @@ def test_small_output_planes_run_transposed(module, shape):
     ir = check_torch(ConvResidual(module), x, r, atol=ATOL, rtol=RTOL)
     (op,) = [op for op in ir.main.body.ops if op.name == "cuvil.conv2d"]
     assert conv_transposed(op, host_target().vector_bits // 32)
+
+
+def test_pointwise_transposed_tiles_stored_from_registers_on_256_bit_vectors():
+    """A 1x1 transposed conv of whole channel panels stores its tiles transposed in
+    registers with the residual epilogue (kernels.transposed_store) with AVX2's 6-row
+    tiles and 16-channel panels too, two images, a short last row block (49 = 8 * 6 + 1)."""
+    import numpy as np
+
+    import cuvil
+    from cuvil.backend.llvm.target import Target, host_target
+    host = host_target()
+    if not (host.arch == "x86_64" and host.has_feature("avx2") and host.has_feature("fma")):
+        pytest.skip("this host cannot run AVX2 + FMA code")
+    model = ConvResidual(conv(40, 48, 1)).eval()
+    x, r = seeded(8, 2, 40, 7, 7), seeded(9, 2, 48, 7, 7)
+    with torch.no_grad():
+        want = model(x, r).numpy()
+    avx2 = Target("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2,+fma,+f16c")
+    for threads in (1, 2):
+        got = cuvil.compile(model, (x, r), target=avx2, threads=threads)(x.numpy(), r.numpy())[0]
+        np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("module, shape", [

@@ -121,7 +121,7 @@ def prefetch_run(b, ptr, index, count: int, elem_bytes: int):
 
 
 def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, ety, c_j0=None,
-          valid=None, post=None, ldk=1, ahead=None, accumulate=False, round_a=False):
+          valid=None, post=None, ldk=1, ahead=None, accumulate=False, round_a=False, store=None):
     """One mr x (nv*vw) tile at rows starting a_row0/c_row0 (i64 element offsets) and
     column j0 (i64) of B; C's column is c_j0 (default j0). A's element (row r, k) is at
     a_row0 + r*lda + k*ldk (ldk = 1: row-major; lda = 1: A stored transposed). `valid`
@@ -131,7 +131,8 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
     `ahead` (i64 element offset from B's row k): each k step also prefetches that row of
     the next panel, so a packed B streamed from memory arrives before it is needed.
     `accumulate`: add the product to C's tile (whole vectors) instead of overwriting it.
-    `round_a`: A's values are rounded to bfloat16 as they are read (`precision: bf16`)."""
+    `round_a`: A's values are rounded to bfloat16 as they are read (`precision: bf16`).
+    `store(b, vals)`: the finished tile's vectors (vals[r][v]) go there instead of into C."""
     vty = ir.VectorType(ety, vw)
     # A thin tile (a GEMV, the last rows of a block) has too few accumulators to cover the
     # FMA latency: it then sums `ks` interleaved k phases in separate accumulators.
@@ -176,6 +177,9 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
             for r in range(mr):
                 for v in range(nv):
                     b.store(b.fadd(b.load(accs[r][v]), b.load(acc_set[r][v])), accs[r][v])
+    if store is not None:
+        store(b, [[b.load(accs[r][v]) for v in range(nv)] for r in range(mr)])
+        return
     c_j0 = j0 if c_j0 is None else c_j0
     width = nv * vw
     full = width if valid is None else (valid // vw) * vw
@@ -459,13 +463,14 @@ def k_blocks(K: int, M: int, vw: int) -> tuple[int, int]:
     return count, -(-K // count)
 
 
-def emit_gemm_panel(b, A, a_off, lda, ldk, Bp, C, ldc, M, K, vw, ety, panel):
+def emit_gemm_panel(b, A, a_off, lda, ldk, Bp, C, ldc, M, K, vw, ety, panel, store=None):
     """C[:, panel*NR : (panel+1)*NR] = A @ B's panel `panel` (i64; B packed by pack_b;
     whole panels are stored, so ldc covers N rounded up to panels). A's (row, k) element
     is at a_off + row*lda + k*ldk. K runs in k_blocks: every row block of one K block
     before the next, while that block of A and of the panel are in cache; later blocks
     add to C. Each step also prefetches the B rows the next block (or the next panel's
-    first block) will read."""
+    first block) will read. `store(b, row0, rows, col0, valid, vals)`: the last block's
+    finished tiles go there instead of into C (qgemm8.emit_i8b_gemm's; valid: None)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     count, length = k_blocks(K, M, vw)
@@ -475,11 +480,12 @@ def emit_gemm_panel(b, A, a_off, lda, ldk, Bp, C, ldc, M, K, vw, ety, panel):
         kl = min(length, K - k0)
         ahead = i64((length if kb + 1 < count else K - k0) * nr)
 
-        def rows(row0, mr):
+        def rows(row0, mr, last=kb + 1 == count):
+            own = None if store is None or not last else (lambda bb, vals: store(bb, row0, mr, j0, None, vals))
             _tile(b, A, b.add(b.add(a_off, b.mul(row0, i64(lda))), i64(k0 * ldk)), lda, Bp,
                   b.add(b.mul(panel, i64(K * nr)), i64(k0 * nr)), nr, C, b.mul(row0, i64(ldc)), ldc, i64(0), kl,
                   mr, nv, vw, ety, c_j0=j0, ldk=ldk, ahead=ahead if mr >= PREFETCH_ROWS else None,
-                  accumulate=kb > 0)
+                  accumulate=kb > 0, store=own)
         if M // mr_full:
             with for_range(b, M // mr_full, name="ib") as ib:
                 rows(b.mul(ib, i64(mr_full)), mr_full)

@@ -923,7 +923,11 @@ def run_transposed(b, k: KernelArgs, t: Transposed, prepare, gemm, direct: bool 
 def k_conv2d_transposed(b, k: KernelArgs):
     """A conv_transposed convolution (run_transposed): im2col^T (K rows of P, padded to
     whole panels; a 1x1 conv's input planes already are that) times the packed W^T
-    gives C^T[P, OC] in scratch."""
+    gives C^T[P, OC] in scratch. A 1x1 one on masked vectors whose epilogue, if any,
+    runs on vectors and whose channels fill whole panels stores its tiles transposed in
+    registers instead (transposed_store: no C^T, no transpose pass; ResNet-50's 14x14
+    and 7x7 expand convs -1..4% each at 1 and 2 threads, MobileNetV2's 14x14 / 7x7 1x1
+    convs -5..10% at 2; the 3x3 ones at 7x7, K-blocked, gained nothing)."""
     icg = k.in_types[1].shape[1]
     t = Transposed.of(k)
     ldk = t.p if t.pointwise else t.panels * t.nr
@@ -934,12 +938,17 @@ def k_conv2d_transposed(b, k: KernelArgs):
     def pack(b, k2, i, ex):
         _im2col_panel(b, k2, scratch(b, k2), ex[0], b.sdiv(i, i64(icg)), (t.nr, ldk), b.srem(i, i64(icg)))
 
+    epi_all = _row_epilogue(k, 2, 2)
+    direct = t.pointwise and masked_vectors(k.vw) and (epi_all is None or hasattr(epi_all, "apply")) \
+        and k.out_type.shape[1] % t.nr == 0
+
     def gemm_panel(b, k2, i, ex):
         A, a_off = (k2.ins[0], ex[0]) if t.pointwise else (scratch(b, k2), i64(0))
         Ct = b.gep(scratch(b, k2), [i64(t.ct_at)], inbounds=True)
-        emit_gemm_panel(b, A, a_off, 1, ldk, k2.ins[1], Ct, t.ldct, t.p, t.kdim, k2.vw, F32, i)
+        emit_gemm_panel(b, A, a_off, 1, ldk, k2.ins[1], Ct, t.ldct, t.p, t.kdim, k2.vw, F32, i,
+                        store=transposed_store(b, k2, ex[1]) if direct else None)
 
-    run_transposed(b, k, t, None if t.pointwise else (t.panels * icg, pack), (t.ldct // t.nr, gemm_panel))
+    run_transposed(b, k, t, None if t.pointwise else (t.panels * icg, pack), (t.ldct // t.nr, gemm_panel), direct)
 
 
 def _vector_transpose(b, rows):
@@ -980,9 +989,8 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
     3x3 convs, against two transposes first and the pairs' codes after: -1.8% at 1 and 2
     threads); one over pixels (a residual) needs each channel's pixels: the tile's
     vectors are transposed first, then two channels' vectors become a pair's codes.
-    Used by the bf16 transposed convs (qkernels): the f32 ones, tried with it, measured
-    1-5% slower on ResNet-50 in 3 of 4 interleaved runs (MobileNetV2 3% faster) and keep
-    their transpose pass."""
+    Used by the bf16 transposed convs (qkernels) and the f32 1x1 ones
+    (k_conv2d_transposed)."""
     oc, p, vw = k2.out_type.shape[1], k2.out_type.shape[2] * k2.out_type.shape[3], k2.vw
     fv = ir.VectorType(F32, vw)
     epi = _row_epilogue(k2, 2, 2) if pairs is None else pairs_epilogue(k2)
