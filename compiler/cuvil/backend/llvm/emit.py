@@ -250,6 +250,8 @@ def vector_step(op: str, attrs: dict) -> bool:
     """Whether a program step runs on f32 vectors (VECTOR_FLOAT_OPS, and the rounding to
     bfloat16 of `precision: bf16`: fake_quant {dtype: bf16})."""
     return op in VECTOR_FLOAT_OPS or (op == "fake_quant" and attrs.get("dtype") == "bf16")
+
+
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 

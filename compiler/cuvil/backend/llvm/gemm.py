@@ -480,8 +480,8 @@ def emit_gemm_panel(b, A, a_off, lda, ldk, Bp, C, ldc, M, K, vw, ety, panel, sto
         kl = min(length, K - k0)
         ahead = i64((length if kb + 1 < count else K - k0) * nr)
 
-        def rows(row0, mr, last=kb + 1 == count):
-            own = None if store is None or not last else (lambda bb, vals: store(bb, row0, mr, j0, None, vals))
+        def rows(row0, mr):
+            own = None if store is None or kb + 1 < count else (lambda bb, vals: store(bb, row0, mr, j0, None, vals))
             _tile(b, A, b.add(b.add(a_off, b.mul(row0, i64(lda))), i64(k0 * ldk)), lda, Bp,
                   b.add(b.mul(panel, i64(K * nr)), i64(k0 * nr)), nr, C, b.mul(row0, i64(ldc)), ldc, i64(0), kl,
                   mr, nv, vw, ety, c_j0=j0, ldk=ldk, ahead=ahead if mr >= PREFETCH_ROWS else None,

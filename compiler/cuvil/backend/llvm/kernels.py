@@ -129,25 +129,28 @@ def pair_half(b, v, half: int):
     return b.bitcast(b.shl(bits, c(16)) if half == 0 else b.and_(bits, c(-65536)), v.type)
 
 
+def pair_join(b, lo, hi):
+    """pair_half's inverse for two f32 scalars holding bf16 values: the element of plane
+    pairs whose low code is lo's, high code hi's."""
+    i32 = ir.IntType(32)
+    return b.bitcast(b.or_(b.bitcast(hi, i32), b.lshr(b.bitcast(lo, i32), ir.Constant(i32, 16))), F32)
+
+
 def index_div(b, x, n):
     """x // n for an index x >= 0 (i64) and a count n > 0 (an int or a runtime size): a
     shift for a power of two, else an unsigned division (the signed one's fix-ups for a
     negative x cost a few instructions per use: ResNet-50 bf16's expand convs, whose
     epilogues find each row's bias and residual, -5..8% each)."""
-    if not isinstance(n, int):
-        return b.udiv(x, i64(n))
-    if n == 1:
-        return x
-    return b.lshr(x, i64(n.bit_length() - 1)) if n & (n - 1) == 0 else b.udiv(x, i64(n))
+    if isinstance(n, int) and n & (n - 1) == 0:
+        return b.lshr(x, i64(n.bit_length() - 1))
+    return b.udiv(x, i64(n))
 
 
 def index_rem(b, x, n):
     """x % n for an index x >= 0 (i64) and a count n > 0 (an int or a runtime size)."""
-    if not isinstance(n, int):
-        return b.urem(x, i64(n))
-    if n == 1:
-        return i64(0)
-    return b.and_(x, i64(n - 1)) if n & (n - 1) == 0 else b.urem(x, i64(n))
+    if isinstance(n, int) and n & (n - 1) == 0:
+        return b.and_(x, i64(n - 1))
+    return b.urem(x, i64(n))
 
 
 def _row_epilogue(k: KernelArgs, n_main: int, split: int):
@@ -1930,10 +1933,6 @@ def _max_pool_clamped(b, k: KernelArgs):
     (kh, kw), (sh, sw), (pt, pl, _, _) = k.attrs["kernel"], k.attrs["stride"], k.attrs["pads"]
     dt = k.out_type.dtype
     x_lo, x_hi = _inside(w, ow, kw, sw, pl)
-    i32 = ir.IntType(32)
-
-    def joined(b, lo, hi):  # two bf16 values (pair_half's) as one element of pairs
-        return b.bitcast(b.or_(b.bitcast(hi, i32), b.lshr(b.bitcast(lo, i32), ir.Constant(i32, 16))), F32)
     pairs = bool(k.attrs.get("out_pairs"))
     if pairs and dt != "f32":
         raise BackendError("a max pool over plane pairs needs f32 types")
@@ -1959,7 +1958,7 @@ def _max_pool_clamped(b, k: KernelArgs):
                             v = load(b, X, b.add(r, ix), dt)
                             v = (pair_half(b, v, 0), pair_half(b, v, 1)) if pairs else (v,)
                             best = v if best is None else tuple(_fmax(b, m, u) for m, u in zip(best, v))
-                    store(b, joined(b, *best) if pairs else best[0], O, b.add(orow, x), dt)
+                    store(b, pair_join(b, *best) if pairs else best[0], O, b.add(orow, x), dt)
             columns(0, x_lo, True)
             columns(x_lo, x_hi, False)
             columns(x_hi, ow, True)

@@ -281,30 +281,28 @@ def writes_pairs(op, isa, vw: int) -> bool:
     a _pairs_conv with an even channel count whose epilogue, if any, runs on vectors
     (`apply`; a transposed one's tiles then go by channel, transposed_store), column-panel
     ones over whole vectors of pixels."""
-    if not _pairs_conv(op, isa, vw):
+    return _pairs_conv(op, isa, vw) and op.operands[1].type.shape[0] % 2 == 0 and _vector_tiles(op, isa, vw)
+
+
+def _vector_tiles(op, isa, vw: int, epilogue: bool = False) -> bool:
+    """Whether op's epilogue (required with `epilogue`), if any, runs on vectors
+    (`apply`) and its tiles hold whole vectors of its planes: it runs transposed, or its
+    planes are whole vectors of pixels (column-panel tiles take the epilogue in
+    registers only over whole vectors, kernels.tile_post)."""
+    epi = op_epilogue(op)
+    if (epi is None and epilogue) or (epi is not None and not hasattr(epi, "apply")):
         return False
     x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
-    if w.shape[0] % 2:
-        return False
-    epi = op_epilogue(op)
-    if epi is not None and not hasattr(epi, "apply"):
-        return False
     return bf16_transposed(x, w, out, op.attrs, vw, isa) or out.shape[2] * out.shape[3] % vw == 0
 
 
 def reads_pairs_extra(op, v, isa, vw: int) -> bool:
     """Whether op's kernel can read value v, one of its epilogue's operands (a residual),
-    as plane pairs of codes (`pairs_extras`): a _pairs_conv whose epilogue runs on
-    vectors, v of the result's shape and never op's input or weight; column-panel tiles
-    take the epilogue in registers only over whole vectors of pixels (kernels.tile_post),
-    so their planes hold whole vectors."""
-    if not _pairs_conv(op, isa, vw) or any(u is v for u in op.operands[:2]) or \
-            tuple(v.type.shape) != tuple(op.result.type.shape):
-        return False
-    epi = op_epilogue(op)
-    x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
-    return epi is not None and hasattr(epi, "apply") and \
-        (bf16_transposed(x, w, out, op.attrs, vw, isa) or out.shape[2] * out.shape[3] % vw == 0)
+    as plane pairs of codes (`pairs_extras`): a _pairs_conv with an epilogue on vectors
+    over whole vectors of its planes (_vector_tiles), v of the result's shape and never
+    op's input or weight."""
+    return _pairs_conv(op, isa, vw) and all(u is not v for u in op.operands[:2]) and \
+        tuple(v.type.shape) == tuple(op.result.type.shape) and _vector_tiles(op, isa, vw, epilogue=True)
 
 
 def bf16_exact(op) -> bool:
@@ -389,13 +387,13 @@ def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
                 return None  # (an extra-reader never has r as its input too)
         return found
 
-    chosen, tied = {}, []  # tied: ops stored as pairs together or not at all
+    chosen, tied = set(), []  # tied: ops stored as pairs together or not at all
     for op in ops:
         if not writes_pairs(op, isa, vw) or id(op) in fused or id(op.result) in outputs or not op.result.uses:
             continue
         passing = through(op.result, bf16_exact(op))
         if passing is not None:
-            chosen.update({id(o): o for o in (op, *passing)})
+            chosen |= {id(o) for o in (op, *passing)}
             tied += [(op, o) for o in passing]
     for op in ops:  # a conv planned over its residual
         spot = op.attrs.get("arena_offset")
@@ -407,10 +405,9 @@ def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
         changed = False
         for a, b in tied:
             if (id(a) in chosen) != (id(b) in chosen):
-                chosen.pop(id(a), None)
-                chosen.pop(id(b), None)
+                chosen -= {id(a), id(b)}
                 changed = True
-    return set(chosen)
+    return chosen
 
 
 def concat_codes(b, v0, v1, isa):
