@@ -20,9 +20,11 @@ OpenVINO default (bf16 where the CPU has AMX). The ONNX file comes from
 `torch.onnx.export(..., dynamo=True)` at opset 20, cached under the output directory.
 A system that cannot be installed, exported or run gets a "skipped: reason" row.
 
-Writes DIR/compare.json and DIR/compare.png (DIR: benchmarks/results). Numbers vary with
-the machine and its load: compare within one run. `--quick` uses tiny models (a smoke
-test, not a measurement).
+Writes DIR/compare.json and DIR/compare.png (DIR: benchmarks/results), and the tables
+of the run as Markdown with its commit, machine and command to `--results PATH`
+(default benchmarks/RESULTS.md; a `--quick` run writes it only where --results is
+given, `--no-results` never). Numbers vary with the machine and its load: compare
+within one run. `--quick` uses tiny models (a smoke test, not a measurement).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ import gc
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -58,6 +61,9 @@ GEMM_SHAPES_QUICK = [(64, 64, 64), (16, 64, 128)]
 # half its speed.
 GAP_MS = 100.0
 
+# The current results table (Markdown), rewritten by every full run.
+RESULTS_MD = BENCH_DIR / "RESULTS.md"
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -73,6 +79,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--gap-ms", type=float, default=None,
                     help=f"pause between systems' samples (default {GAP_MS:g}, quick 5)")
     ap.add_argument("--out-dir", default=str(BENCH_DIR / "results"))
+    ap.add_argument("--results", default=None, metavar="PATH",
+                    help=f"write the run's tables as Markdown here (default {RESULTS_MD.relative_to(ROOT)}; "
+                         "with --quick only when given)")
+    ap.add_argument("--no-results", action="store_true", help="write no Markdown results file")
     args = ap.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -97,6 +107,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.warm_s = 0.0 if args.quick else 0.3        # warm-up per system and thread count
     args.peak_s = 0.01 if args.quick else 0.1
     args.out_dir = Path(args.out_dir).resolve()
+    if args.no_results:
+        args.results = None
+    elif args.results is not None:
+        args.results = Path(args.results).resolve()
+    elif not args.quick:  # a smoke test is not a measurement: it leaves RESULTS.md alone
+        args.results = RESULTS_MD
     return args
 
 
@@ -677,6 +693,130 @@ def write_chart(results: dict, path: Path) -> str | None:
     return None
 
 
+# --- RESULTS.md ---------------------------------------------------------------------------
+
+def _md_ms(row: dict | None) -> str:
+    if row is None:
+        return "-"
+    if row.get("status") != "ok":
+        return "skipped"
+    return fmt_ms(row["median_ms"])
+
+
+def _md_threads(values: list[str]) -> str:
+    return " / ".join(values) if any(v != "-" for v in values) else "-"
+
+
+def results_markdown(results: dict, command: str) -> str:
+    """The run's tables as Markdown: commit, date, machine, versions and command first,
+    then latency (median ms per thread count), Cuvil's ratios against its peers, GEMM
+    and cold start. Sections without rows are left out."""
+    m, s = results["machine"], results["settings"]
+    threads = list(s["threads"])
+    systems = [(k, label) for k, label in bs.SYSTEMS if k in s["systems"]]
+    isa = ", ".join(m.get("isa") or []) or "?"
+    versions = ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items())
+    lines = [
+        "# Benchmark results",
+        "",
+        "Written by `benchmarks/compare.py` at the end of a run (`--results PATH`, default this",
+        "file): edit the script, not this file. Systems are interleaved within the run, so",
+        "compare the columns of one table; numbers from other runs or machines do not compare.",
+        "",
+        f"- commit: `{m.get('git', '?')}`",
+        f"- date: {m.get('date', '?')}",
+        f"- machine: {m.get('cpu', '?')}, {m.get('affinity', '?')} CPUs ({isa})"
+        + (f"; {m['platform']}" if m.get("platform") else ""),
+        f"- versions: {versions or '?'}",
+        f"- command: `{command}`",
+        f"- settings: {s['reps']} interleaved repetitions per model and thread count, "
+        f"{s['gap_s'] * 1000:g} ms between systems, medians" + (" (--quick: tiny models)" if s.get("quick") else ""),
+        "",
+    ]
+    rows = {(r["model"], r["threads"], r["system"]): r for r in results["latency"]}
+    if results["latency"]:
+        head = " / ".join(str(t) for t in threads)
+        lines += [f"## Latency, batch 1: median ms at {head} thread(s)", "",
+                  "| model | " + " | ".join(label for _, label in systems) + " |",
+                  "|---" * (len(systems) + 1) + "|"]
+        for key in s["models"]:
+            title = next((r.get("title") for r in results["latency"] if r["model"] == key and r.get("title")), key)
+            cells = [_md_threads([_md_ms(rows.get((key, t, k))) for t in threads]) for k, _ in systems]
+            lines.append(f"| {title} | " + " | ".join(cells) + " |")
+        pairs = [("cuvil", "ort"), ("cuvil", "ov-f32"), ("cuvil-bf16", "ov-default")]
+        pairs = [(a, b) for a, b in pairs if a in s["systems"] and b in s["systems"]]
+        if pairs:
+            lines += ["", f"Ratios, Cuvil / peer at {head} thread(s) (< 1: Cuvil is faster):", "",
+                      "| model | " + " | ".join(f"{bs.LABELS[a]} / {bs.LABELS[b]}" for a, b in pairs) + " |",
+                      "|---" * (len(pairs) + 1) + "|"]
+            for key in s["models"]:
+                title = next((r.get("title") for r in results["latency"]
+                              if r["model"] == key and r.get("title")), key)
+                cells = []
+                for a, b in pairs:
+                    vals = []
+                    for t in threads:
+                        ra, rb = rows.get((key, t, a)), rows.get((key, t, b))
+                        ok = ra and rb and ra.get("status") == rb.get("status") == "ok"
+                        vals.append(f"{ra['median_ms'] / rb['median_ms']:.2f}" if ok else "-")
+                    cells.append(_md_threads(vals))
+                lines.append(f"| {title} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if results["gemm"]:
+        peaks = {(p["threads"], p["isa"] == "avx512bf16"): p for p in results["peak"] if p.get("gflops")}
+        bf16 = any(r.get("cuvil_bf16_gflops") for r in results["gemm"])
+        lines += ["## GEMM (`nn.Linear` without bias, M x K x N): GFLOP/s, median", "",
+                  "| M x K x N | threads | Cuvil fp32 | of FMA peak | numpy | of FMA peak |"
+                  + (" Cuvil bf16 | of bf16 peak |" if bf16 else ""),
+                  "|---" * (8 if bf16 else 6) + "|"]
+
+        def g(v, f="{:.1f}"):
+            return f.format(v) if v is not None else "-"
+        for r in results["gemm"]:
+            lines.append(f"| {r['m']}x{r['k']}x{r['n']} | {r['threads']} | {g(r.get('cuvil_gflops'))} | "
+                         f"{g(r.get('cuvil_efficiency'), '{:.0%}')} | {g(r.get('numpy_gflops'))} | "
+                         f"{g(r.get('numpy_efficiency'), '{:.0%}')} |"
+                         + (f" {g(r.get('cuvil_bf16_gflops'))} | {g(r.get('cuvil_bf16_efficiency'), '{:.0%}')} |"
+                            if bf16 else ""))
+        if peaks:
+            lines += ["", "Measured peaks: " + ", ".join(
+                f"{'bf16 dot product' if bf else 'FMA'} {p['gflops']:.1f} GFLOP/s at {t} thread(s)"
+                for (t, bf), p in sorted(peaks.items()))]
+        lines.append("")
+    if results["cold_start"]:
+        t = max(threads)
+        lines += [f"## Cold start: a fresh process loads the artifact and runs once ({t} thread(s))", "",
+                  "| model | system | start to result | peak RSS | artifact |", "|---|---|---|---|---|"]
+        for r in results["cold_start"]:
+            title = next((x.get("title") for x in results["latency"]
+                          if x["model"] == r["model"] and x.get("title")), r["model"])
+            if r.get("status") == "ok":
+                rss = f"{r['peak_rss_mib']:.1f} MiB" if r.get("peak_rss_mib") is not None else "-"
+                size = fmt_size(r["artifact_bytes"]) if r.get("artifact_bytes") else "-"
+                lines.append(f"| {title} | {r['label']} | {r['cold_start_ms']:.1f} ms | {rss} | {size} |")
+            else:
+                lines.append(f"| {title} | {r['label']} | {r.get('status')}: {r.get('reason')} | - | - |")
+        lines.append("")
+    if results.get("notes"):
+        lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
+    return "\n".join(lines)
+
+
+def write_results(results: dict, path: Path, command: str) -> None:
+    """results_markdown(...) to `path`, atomically (a temporary file, then a rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(results_markdown(results, command))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -717,6 +857,10 @@ def main(argv=None) -> int:
     os.replace(tmp, out_json)
     print(f"\nwrote {out_json}" + (f" and {args.out_dir / 'compare.png'}" if not chart_error
                                    else f" (no chart: {chart_error})"))
+    if args.results is not None:
+        command = " ".join(["python benchmarks/compare.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+        write_results(results, args.results, command)
+        print(f"wrote {args.results}")
     return 0
 
 
