@@ -1,9 +1,16 @@
-"""Targets, the target machine, the O3 pipeline and object emission.
+"""Targets: what code is generated for, resolved in one place, and the target machine,
+the O3 pipeline and object emission.
 
-A `Target` is the (triple, cpu, features) triple that the toolchain config names.
-Everything that makes machine code goes through `make_target_machine`, so the
-triple, cpu and features are always explicit: nothing is taken from the host by
-accident (the host is only used by `host_target`, on purpose).
+A `Target` is the (triple, cpu, features) triple that the toolchain config names, with
+the values kernels derive from it: vector width and lanes, masked vector access, the
+int8 and bf16 dot products. `resolve_target` turns a Cuvil target name (`host`,
+`x86_64-linux-gnu`, `aarch64-linux-gnu`, `wasm32-wasi`) and an optional cpu / feature
+string into a `Target`. Everything that makes machine code goes through
+`make_target_machine`, so the triple, cpu and features are always explicit: nothing is
+taken from the host by accident (the host is only used by `host_target`, on purpose).
+
+LLVM is imported on first use, so the name tables here cost nothing to read (the
+config schema lists `TARGET_NAMES`).
 """
 
 from __future__ import annotations
@@ -11,9 +18,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import llvmlite.binding as llvm
+from cuvil.errors import BackendError, CuvilError
 
-from cuvil.errors import BackendError
+# Cuvil target names (config `target.arch`, `--target`, the Bazel toolchains) -> LLVM
+# triples. `host` is this machine: the x86_64 triple with the host's cpu and features.
+TARGET_TRIPLES = {
+    "x86_64-linux-gnu": "x86_64-unknown-linux-gnu",
+    "aarch64-linux-gnu": "aarch64-unknown-linux-gnu",
+    "wasm32-wasi": "wasm32-unknown-wasi",
+}
+HOST = "host"
+HOST_TARGET = "x86_64-linux-gnu"  # what `host` names (the only host Cuvil supports)
+TARGET_NAMES = (HOST, *TARGET_TRIPLES)
 
 # Per architecture: (cpu, features) used when `Target.from_triple` is given none.
 _ARCH_DEFAULTS = {
@@ -21,6 +37,22 @@ _ARCH_DEFAULTS = {
     "aarch64": ("generic", "+neon"),
     "wasm32": ("generic", "+simd128"),
 }
+
+# Features that kernels need spelled out (vector width) for x86_64 CPU names given
+# without features; LLVM itself knows each CPU's full feature set.
+_AVX2 = "+avx,+avx2,+fma,+f16c,+bmi,+bmi2"
+_AVX512 = _AVX2 + ",+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512cd,-prefer-256-bit"
+X86_CPU_FEATURES = {
+    "x86-64": "+sse2", "x86-64-v2": "+sse4.2,+popcnt", "x86-64-v3": _AVX2, "x86-64-v4": _AVX512,
+    "haswell": _AVX2, "skylake": _AVX2, "znver2": _AVX2, "znver3": _AVX2, "alderlake": _AVX2,
+    "skylake-avx512": _AVX512, "cascadelake": _AVX512, "icelake-server": _AVX512,
+    "sapphirerapids": _AVX512, "znver4": _AVX512,
+}
+
+
+def _llvm():
+    import llvmlite.binding as llvm
+    return llvm
 
 
 @functools.cache
@@ -30,9 +62,71 @@ def initialize() -> None:
     llvmlite 0.50 only ships the *native* asm parser, so module-level inline asm
     can be assembled for the host architecture only (see `weights.py`).
     """
+    llvm = _llvm()
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     llvm.initialize_native_asmparser()
+
+
+@dataclasses.dataclass(frozen=True)
+class DotIsa:
+    """How the int8 or bf16 dot products are computed: `group` (G, the consecutive k
+    one instruction reduces) and `dot`, one of "pmaddwd" (x86 SSE2/AVX2/AVX-512BW),
+    "vpdpbusd" (x86 AVX-VNNI / AVX512-VNNI), "sdot" (AArch64 +dotprod: signed
+    activation codes), "generic" (G = 2 in plain IR), "generic4" and "generic4s" (G = 4
+    in plain IR: the VNNI / sdot layouts on any target, for tests); for bfloat16,
+    "dpbf16ps" (x86 AVX-512-BF16) or "bf16" (no bf16 dot product: the f32 GEMMs on bf16
+    operands)."""
+    group: int = 2
+    dot: str = "generic"
+
+    @property
+    def signed(self) -> bool:
+        """G = 4 with i8 activation codes (sdot) rather than u8 ones (vpdpbusd)."""
+        return self.dot in ("sdot", "generic4s")
+
+    @property
+    def bf16(self) -> bool:
+        """bfloat16 codes and f32 accumulators (no rescale)."""
+        return self.dot in ("dpbf16ps", "bf16")
+
+
+GENERIC_INT8 = DotIsa(2, "generic")
+GENERIC_BF16 = DotIsa(2, "bf16")
+
+
+def lanes_of(vector_bits: int) -> int:
+    """f32 (or i32) lanes of a vector of `vector_bits`; at least 1 (scalar code)."""
+    return max(vector_bits // 32, 1)
+
+
+def int8_dot_isa(target: Target | None, lanes: int) -> DotIsa:
+    """The best exact int8 dot product of `target` for vectors of `lanes` i32 lanes
+    (generic without a target). `Target.int8_dot` is this at the target's own lanes."""
+    if target is not None and target.arch == "aarch64":
+        return DotIsa(4, "sdot") if target.has_feature("dotprod") and lanes % 4 == 0 else GENERIC_INT8
+    if target is None or target.arch != "x86_64":
+        return GENERIC_INT8
+    f = target.has_feature
+    if lanes >= 16:
+        if f("avx512vnni"):
+            return DotIsa(4, "vpdpbusd")
+        return DotIsa(2, "pmaddwd") if f("avx512bw") else GENERIC_INT8
+    if lanes == 8:
+        if f("avxvnni") or (f("avx512vnni") and f("avx512vl")):
+            return DotIsa(4, "vpdpbusd")
+        return DotIsa(2, "pmaddwd") if f("avx2") else GENERIC_INT8
+    return DotIsa(2, "pmaddwd") if lanes == 4 else GENERIC_INT8
+
+
+def bf16_dot_isa(target: Target | None, lanes: int) -> DotIsa:
+    """The bfloat16 dot product of `target` for vectors of `lanes` f32 lanes (generic
+    without a target). `Target.bf16_dot` is this at the target's own lanes."""
+    if target is None or target.arch != "x86_64" or not target.has_feature("avx512bf16"):
+        return GENERIC_BF16
+    if lanes == 16 or (lanes == 8 and target.has_feature("avx512vl")):
+        return DotIsa(2, "dpbf16ps")
+    return GENERIC_BF16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +183,55 @@ class Target:
             return 256 if avx512 or self.has_feature("avx2") or self.has_feature("avx") else 128
         return 128  # NEON and wasm simd128 (and scalar code fits in it too).
 
+    @property
+    def lanes(self) -> int:
+        """f32 lanes of a vector (`vector_bits // 32`, at least 1)."""
+        return lanes_of(self.vector_bits)
+
+    @property
+    def masked(self) -> bool:
+        """Whether kernels may use masked vector loads and stores: 256- and 512-bit
+        vectors, which only x86 targets (AVX, AVX-512) have here; narrower targets
+        would scalarise them."""
+        return self.lanes >= 8
+
+    @property
+    def int8_dot(self) -> DotIsa:
+        """The int8 dot product of this target's vectors (`int8_dot_isa`)."""
+        return int8_dot_isa(self, self.lanes)
+
+    @property
+    def bf16_dot(self) -> DotIsa:
+        """The bfloat16 dot product of this target's vectors (`bf16_dot_isa`)."""
+        return bf16_dot_isa(self, self.lanes)
+
+
+def resolve_target(name: str = HOST, cpu: str = "", features: str = "") -> Target:
+    """The target for a Cuvil target name and an optional cpu / feature string.
+
+    `host` without cpu or features is this machine (its CPU and features, the x86_64
+    triple); otherwise `host` means x86_64-linux-gnu. A named target takes the arch's
+    baseline for what is not given; an x86_64 CPU name without features takes the
+    features `X86_CPU_FEATURES` lists for it (kernels pick their vector width from
+    them). wasm32-wasi is single-threaded, so +atomics is refused."""
+    if name == HOST and not (cpu or features):
+        host = host_target()
+        if not host.triple.startswith("x86_64"):
+            raise CuvilError(f"the host {host.triple} is not a supported target")
+        return Target(TARGET_TRIPLES[HOST_TARGET], host.cpu, host.features)
+    name = HOST_TARGET if name == HOST else name
+    if name not in TARGET_TRIPLES:
+        raise CuvilError(f"target {name!r} is not supported (supported: {', '.join(TARGET_NAMES)})")
+    if name == "x86_64-linux-gnu" and cpu and not features:
+        if cpu not in X86_CPU_FEATURES:
+            raise CuvilError(f"target.cpu {cpu!r}: give target.features too (e.g. +avx2,+fma); CPUs known without "
+                             f"features: {', '.join(sorted(X86_CPU_FEATURES))}")
+        features = X86_CPU_FEATURES[cpu]
+    target = Target.from_triple(TARGET_TRIPLES[name], cpu, features)
+    if target.is_wasm and target.has_feature("atomics"):
+        raise CuvilError("wasm32-wasi is single-threaded in Cuvil: remove +atomics from target.features")
+    return target
+
 
 def host_target() -> Target:
     """The machine this process runs on, with its CPU features spelled out.
@@ -98,6 +241,7 @@ def host_target() -> Target:
     what the CPU name implies. Where AVX-512 is present the CPU name's
     "prefer 256-bit vectors" tuning is turned off, so loops vectorise to zmm.
     """
+    llvm = _llvm()
     initialize()
     triple = llvm.get_process_triple()
     features = llvm.get_host_cpu_features().flatten()
@@ -114,6 +258,7 @@ def make_target_machine(target: Target, opt: int = 3, jit: bool = False) -> llvm
     wasm32 is static: PIC there means emscripten-style dynamic linking, which a
     plain wasm-ld link of a WASI module does not do.
     """
+    llvm = _llvm()
     initialize()
     try:
         llvm_target = llvm.Target.from_triple(target.triple)
@@ -135,6 +280,7 @@ def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> 
     C++ API; clang turns it on for -O2/-O3), so loop and SLP vectorisation,
     interleaving and unrolling are all set explicitly here.
     """
+    llvm = _llvm()
     pto = llvm.create_pipeline_tuning_options(speed_level=level)
     vectorize = level >= 2
     pto.loop_vectorization = vectorize
@@ -147,6 +293,7 @@ def optimize(module: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> 
 
 def _prepare(llvm_ir_text: str, target: Target, opt: int) -> tuple[llvm.ModuleRef, llvm.TargetMachine]:
     """Parse and verify the IR, stamp the target on it and optimise it."""
+    llvm = _llvm()
     tm = make_target_machine(target, opt)
     try:
         module = llvm.parse_assembly(llvm_ir_text)
