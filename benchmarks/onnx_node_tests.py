@@ -13,10 +13,10 @@ compiler needs those at compile time, as exported models carry them (initializer
 Constant nodes): inputs that only feed such operands (STATIC_OPERANDS) are baked into
 the model as initializers with the case's values before capture.
 
-A case is *claimed* when every op of its model has a handler in
-`cuvil/frontends/onnx_ops.py`; each claimed case is captured, compiled and run on its
-data sets and compared with the expected outputs at the case's tolerances (ONNX's own
-defaults: rtol 1e-3, atol 1e-7; NaNs equal; dtypes must match).
+A case is *claimed* when every op of its model has a handler in the ONNX frontend
+(`cuvil.frontends.onnx.handlers()`); each claimed case is captured, compiled and run
+on its data sets and compared with the expected outputs at the case's tolerances
+(ONNX's own defaults: rtol 1e-3, atol 1e-7; NaNs equal; dtypes must match).
 
     python benchmarks/onnx_node_tests.py [--jit] [--verbose] [--only SUBSTRING] [--data-dir DIR]
 """
@@ -128,9 +128,9 @@ def bake_static_inputs(model, inputs: list):
 
 def claims(model) -> bool:
     """Whether every op of the model (and nothing but plain tensors) is handled."""
-    from cuvil.frontends import onnx_ops
+    from cuvil.frontends.onnx import handlers
     g = model.graph
-    if any(n.domain not in ("", "ai.onnx") or n.op_type not in onnx_ops.HANDLERS for n in g.node):
+    if any(n.domain not in ("", "ai.onnx") or n.op_type not in handlers() for n in g.node):
         return False
     return all(vi.type.HasField("tensor_type") for vi in list(g.input) + list(g.output))
 

@@ -1,11 +1,12 @@
 """ONNX frontend: `onnx.load` -> Cuvil IR.
 
-Each node is lowered by a handler in `onnx_ops.py`, keyed by op type ('Conv'); handlers
-see the model's opset (attributes became inputs over the versions: Slice, Reshape,
-ReduceSum, Clip, ...). Initializers become `cuvil.constant`s named after them. ONNX is
-NCHW like Cuvil's conv and pooling ops, so no layout change is needed. Inputs take their
-shapes from the example inputs (or the model's declared static shapes); shape
-computations inside the graph fold to constants (see graph.py).
+Each node is lowered by a handler in `onnx_ops.py` or `onnx_shape_ops.py`, keyed by op
+type ('Conv') in the HANDLERS table of `onnx_common.py`; handlers see the model's opset
+(attributes became inputs over the versions: Slice, Reshape, ReduceSum, Clip, ...).
+Initializers become `cuvil.constant`s named after them. ONNX is NCHW like Cuvil's conv
+and pooling ops, so no layout change is needed. Inputs take their shapes from the
+example inputs (or the model's declared static shapes); shape computations inside the
+graph fold to constants (see graph.py).
 
 The onnx package is imported only inside the functions here.
 """
@@ -19,18 +20,14 @@ import numpy as np
 from ..errors import CuvilError, FrontendError, UnsupportedOpError
 from ..ir import Function, Module, TensorType, Value
 from .graph import GraphLowering, check_type
-
-# TensorProto.DataType -> Cuvil dtype (those the IR has).
-ONNX_DTYPES = {1: "f32", 2: "u8", 3: "i8", 6: "i32", 7: "i64", 9: "bool", 10: "f16", 11: "f64"}
+from .onnx_common import HANDLERS, cuvil_dtype
 
 
-def cuvil_dtype(elem_type: int) -> str:
-    if elem_type not in ONNX_DTYPES:
-        import onnx
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() \
-            else str(elem_type)
-        raise UnsupportedOpError(f"ONNX element type {name} is not supported")
-    return ONNX_DTYPES[elem_type]
+def handlers() -> dict:
+    """Op type -> handler, for every op the frontend lowers. The handler modules fill the
+    table when imported: here, not at the top, so that importing this module stays cheap."""
+    from . import onnx_ops, onnx_shape_ops  # noqa: F401
+    return HANDLERS
 
 
 def is_onnx_model(obj) -> bool:
@@ -130,7 +127,6 @@ def capture_onnx(model, example_inputs: Sequence = (), *, name_inputs: Sequence[
     `dim_param` name stays symbolic (any size within the bounds at run time)."""
     from onnx import numpy_helper
 
-    from . import onnx_ops  # noqa: F401  (registers the handlers)
     model, path = _load(model)
     where = f" in {path}" if path else ""
     graph = model.graph
@@ -188,11 +184,10 @@ def capture_onnx(model, example_inputs: Sequence = (), *, name_inputs: Sequence[
 
 
 def _lower_node(low: Lowering, node: Node, where: str) -> None:
-    from .onnx_ops import HANDLERS
     low.where, low.node_name = str(node), node.outputs[0] if node.outputs else node.name
     if node.domain not in ("", "ai.onnx"):
         raise UnsupportedOpError(f"unsupported ONNX op {node.domain}.{node.op} ({node}){where}")
-    handler = HANDLERS.get(node.op)
+    handler = handlers().get(node.op)
     if handler is None:
         raise UnsupportedOpError(f"unsupported ONNX op {node.op} ({node}){where}")
     try:

@@ -1,4 +1,5 @@
-"""Handlers lowering ONNX ops to Cuvil IR, keyed by op type ('Conv').
+"""Handlers lowering ONNX ops to Cuvil IR, registered by op type ('Conv') in the HANDLERS
+table of onnx_common.py; the shape and data-movement ops are in onnx_shape_ops.py.
 
 Each handler takes the Lowering state (which knows the model's opset) and the Node, and
 returns a Value or a list with one entry per node output (None where an output is not
@@ -14,44 +15,8 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir import Value
 from ..ir.types import FLOAT_DTYPES
-from .graph import SymDim, const_array, lower_einsum, same_pads
-from .onnx import cuvil_dtype
-
-HANDLERS: dict = {}
-
-
-def handles(*names):
-    def deco(fn):
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-    return deco
-
-
-def _in(low, node, i: int = 0) -> Value | None:
-    return low.get(node.inputs[i]) if i < len(node.inputs) else None
-
-
-def _ints(low, node, i: int, what: str, attr: str | None = None, default=None):
-    """An int list given as input i (newer opsets) or as attribute `attr` (older ones)."""
-    v = _in(low, node, i)
-    if v is not None:  # symbolic dims (from Shape) come back as their dim text
-        return [SymDim.unwrap(a) for a in np.ravel(low.static(v, f"{what} of {node.op}"))]
-    if attr is not None and attr in node.attrs:
-        return [int(a) for a in np.ravel(node.attr(attr))]
-    return default
-
-
-def _scalar(low, node, i: int, what: str):
-    v = _in(low, node, i)
-    return None if v is None else np.ravel(low.static(v, f"{what} of {node.op}"))[0]
-
-
-def _norm(d: int, rank: int) -> int:
-    d = int(d)
-    if not -rank <= d < max(rank, 1):
-        raise UnsupportedOpError(f"axis {d} is out of range for rank {rank}")
-    return d + rank if d < 0 else d
+from .graph import const_array, lower_einsum, same_pads
+from .onnx_common import cuvil_dtype, handles, int_list, norm_axis, operand, scalar
 
 
 def _fconst(low, value: float, like: Value) -> Value:
@@ -61,15 +26,15 @@ def _fconst(low, value: float, like: Value) -> Value:
 # -- identity, constants, casts ----------------------------------------------------------------
 @handles("Identity")
 def _identity(low, node):
-    return _in(low, node)
+    return operand(low, node)
 
 
 @handles("Dropout")
 def _dropout(low, node):
-    x = _in(low, node)
-    ratio = _scalar(low, node, 1, "the ratio")
+    x = operand(low, node)
+    ratio = scalar(low, node, 1, "the ratio")
     ratio = node.attr("ratio", 0.5) if ratio is None else ratio
-    if _scalar(low, node, 2, "training_mode") and ratio != 0:
+    if scalar(low, node, 2, "training_mode") and ratio != 0:
         raise UnsupportedOpError("Dropout in training mode is random and is not supported")
     return [x, low.const(np.ones(x.shape, bool))]  # inference: every element kept
 
@@ -88,7 +53,7 @@ def _constant(low, node):
 @handles("ConstantOfShape")
 def _constant_of_shape(low, node):
     from onnx import numpy_helper
-    shape = _ints(low, node, 0, "the shape")
+    shape = int_list(low, node, 0, "the shape")
     value = node.attr("value")
     fill = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
     if any(isinstance(d, str) for d in shape):  # a symbolic shape: broadcast at run time
@@ -99,17 +64,17 @@ def _constant_of_shape(low, node):
 
 @handles("Cast")
 def _cast(low, node):
-    return low.cast(_in(low, node), cuvil_dtype(node.attr("to")))
+    return low.cast(operand(low, node), cuvil_dtype(node.attr("to")))
 
 
 @handles("CastLike")
 def _cast_like(low, node):
-    return low.cast(_in(low, node), _in(low, node, 1).dtype)
+    return low.cast(operand(low, node), operand(low, node, 1).dtype)
 
 
 @handles("Shape")
 def _shape(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     shape = list(x.shape)
     start, end = node.attr("start", 0), node.attr("end", len(shape))
     if x.type.is_static:
@@ -124,7 +89,7 @@ def _shape(low, node):
 
 @handles("Size")
 def _size(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     if not x.type.is_static:
         return low.op("cuvil.dim", dims=[x.type.numel_dim])
     return low.const(np.asarray(int(np.prod(x.shape, dtype=np.int64)), np.int64))
@@ -132,14 +97,14 @@ def _size(low, node):
 
 @handles("Range")
 def _range(low, node):
-    start, limit, delta = (low.static(_in(low, node, i), "the bounds of Range") for i in range(3))
+    start, limit, delta = (low.static(operand(low, node, i), "the bounds of Range") for i in range(3))
     n = max(int(math.ceil((limit - start) / delta)), 0)
     return low.const((start + np.arange(n) * delta).astype(start.dtype))
 
 
 # -- elementwise ----------------------------------------------------------------------------
 def _unary(opname, **attrs):
-    return lambda low, node: low.op(opname, _in(low, node), **attrs)
+    return lambda low, node: low.op(opname, operand(low, node), **attrs)
 
 
 for _o, _c in [("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh"), ("Sqrt", "sqrt"), ("Exp", "exp"),
@@ -150,24 +115,24 @@ for _o, _c in [("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh"), ("Sqr
 
 @handles("Elu")
 def _elu(low, node):
-    return low.op("cuvil.elu", _in(low, node), alpha=float(node.attr("alpha", 1.0)))
+    return low.op("cuvil.elu", operand(low, node), alpha=float(node.attr("alpha", 1.0)))
 
 
 @handles("LeakyRelu")
 def _leaky_relu(low, node):
-    return low.op("cuvil.leaky_relu", _in(low, node), slope=float(node.attr("alpha", 0.01)))
+    return low.op("cuvil.leaky_relu", operand(low, node), slope=float(node.attr("alpha", 0.01)))
 
 
 @handles("Selu")
 def _selu(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     alpha, gamma = float(node.attr("alpha", 1.67326319217681884765625)), float(node.attr("gamma", 1.05070102214813232421875))
     return low.op("cuvil.mul", low.op("cuvil.elu", x, alpha=alpha), _fconst(low, gamma, x))
 
 
 @handles("Celu")
 def _celu(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     alpha = float(node.attr("alpha", 1.0))
     scaled = low.op("cuvil.mul", x, _fconst(low, 1.0 / alpha, x))
     neg = low.op("cuvil.mul", low.op("cuvil.elu", scaled, alpha=1.0), _fconst(low, alpha, x))
@@ -176,7 +141,7 @@ def _celu(low, node):
 
 @handles("HardSigmoid")
 def _hard_sigmoid(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
     y = low.op("cuvil.add", low.op("cuvil.mul", x, _fconst(low, alpha, x)), _fconst(low, beta, x))
     return low.op("cuvil.clamp", y, min=0.0, max=1.0)
@@ -184,7 +149,7 @@ def _hard_sigmoid(low, node):
 
 @handles("ThresholdedRelu")
 def _thresholded_relu(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     keep = low.op("cuvil.gt", x, _fconst(low, float(node.attr("alpha", 1.0)), x))
     return low.op("cuvil.where", keep, x, _fconst(low, 0.0, x))
 
@@ -196,29 +161,29 @@ def _softplus(low, x):
 
 @handles("Softplus")
 def _softplus_h(low, node):
-    return _softplus(low, _in(low, node))
+    return _softplus(low, operand(low, node))
 
 
 @handles("Softsign")
 def _softsign(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     return low.op("cuvil.div", x, low.op("cuvil.add", low.op("cuvil.abs", x), _fconst(low, 1.0, x)))
 
 
 @handles("Mish")
 def _mish(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     return low.op("cuvil.mul", x, low.op("cuvil.tanh", _softplus(low, x)))
 
 
 @handles("Gelu")
 def _gelu(low, node):
-    return low.op("cuvil.gelu", _in(low, node), approximate=node.attr("approximate", "none"))
+    return low.op("cuvil.gelu", operand(low, node), approximate=node.attr("approximate", "none"))
 
 
 @handles("Sign")
 def _sign(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     zero, one = low.const(0, x.dtype), low.const(1, x.dtype)
     neg = low.const(-1, x.dtype) if x.dtype not in ("u8",) else zero
     return low.op("cuvil.where", low.op("cuvil.gt", x, zero), one,
@@ -227,17 +192,17 @@ def _sign(low, node):
 
 @handles("PRelu")
 def _prelu(low, node):
-    x, slope = _in(low, node), _in(low, node, 1)
+    x, slope = operand(low, node), operand(low, node, 1)
     return low.op("cuvil.where", low.op("cuvil.gt", x, low.const(0, x.dtype)), x, low.op("cuvil.mul", x, slope))
 
 
 @handles("Clip")
 def _clip(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     if low.opset < 11:
         lo, hi = node.attr("min"), node.attr("max")
     else:
-        lo, hi = _in(low, node, 1), _in(low, node, 2)
+        lo, hi = operand(low, node, 1), operand(low, node, 2)
         if any(v is not None and const_array(v) is None for v in (lo, hi)):  # computed bounds
             y = x if lo is None else low.op("cuvil.maximum", x, lo)
             return y if hi is None else low.op("cuvil.minimum", y, hi)
@@ -249,7 +214,7 @@ def _clip(low, node):
 
 
 def _binary(opname):
-    return lambda low, node: low.op(opname, _in(low, node, 0), _in(low, node, 1))
+    return lambda low, node: low.op(opname, operand(low, node, 0), operand(low, node, 1))
 
 
 for _o, _c in [("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Equal", "eq"), ("Less", "lt"),
@@ -260,7 +225,7 @@ for _o, _c in [("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Equal", "eq"), 
 
 @handles("Div")
 def _div(low, node):
-    a, b = _in(low, node, 0), _in(low, node, 1)
+    a, b = operand(low, node, 0), operand(low, node, 1)
     if a.dtype in FLOAT_DTYPES:
         return low.op("cuvil.div", a, b)
     # ONNX integer division truncates toward zero; cuvil.div on integers floors.
@@ -276,18 +241,18 @@ def _div(low, node):
 
 @handles("Pow")
 def _pow(low, node):
-    a, b = _in(low, node, 0), _in(low, node, 1)
+    a, b = operand(low, node, 0), operand(low, node, 1)
     return low.op("cuvil.pow", a, low.cast(b, a.dtype))
 
 
 @handles("Not")
 def _not(low, node):
-    return low.op("cuvil.eq", _in(low, node), low.const(False, "bool"))
+    return low.op("cuvil.eq", operand(low, node), low.const(False, "bool"))
 
 
 @handles("Where")
 def _where(low, node):
-    return low.op("cuvil.where", *(_in(low, node, i) for i in range(3)))
+    return low.op("cuvil.where", *(operand(low, node, i) for i in range(3)))
 
 
 def _variadic(opname, mean=False):
@@ -313,12 +278,12 @@ handles("Min")(_variadic("cuvil.minimum"))
 # -- matrix products --------------------------------------------------------------------------
 @handles("MatMul")
 def _matmul(low, node):
-    return low.matmul(_in(low, node, 0), _in(low, node, 1))
+    return low.matmul(operand(low, node, 0), operand(low, node, 1))
 
 
 @handles("Gemm")
 def _gemm(low, node):
-    a, b, c = _in(low, node, 0), _in(low, node, 1), _in(low, node, 2)
+    a, b, c = operand(low, node, 0), operand(low, node, 1), operand(low, node, 2)
     if node.attr("transA", 0):
         a = low.transpose(a, [1, 0])
     if node.attr("transB", 0):
@@ -369,7 +334,7 @@ def _geometry(node, x: Value, kernel, one_d: bool):
 
 @handles("Conv")
 def _conv(low, node):
-    x, w, b = _in(low, node, 0), _in(low, node, 1), _in(low, node, 2)
+    x, w, b = operand(low, node, 0), operand(low, node, 1), operand(low, node, 2)
     x, one_d = _as_2d(low, x)
     if one_d:
         w = low.reshape(w, [w.shape[0], w.shape[1], 1, w.shape[2]])
@@ -381,7 +346,7 @@ def _conv(low, node):
 
 
 def _pool(low, node, kind):
-    x, one_d = _as_2d(low, _in(low, node))
+    x, one_d = _as_2d(low, operand(low, node))
     k = node.attr("kernel_shape")
     kernel = [1, *k] if one_d else list(k)
     strides, dil, pads = _geometry(node, x, kernel, one_d)
@@ -405,7 +370,7 @@ handles("AveragePool")(lambda low, node: _pool(low, node, "avg"))
 
 @handles("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     op = "cuvil.reduce_mean" if node.op == "GlobalAveragePool" else "cuvil.reduce_max"
     return low.op(op, x, axes=list(range(2, x.type.rank)), keepdims=True)
 
@@ -414,7 +379,7 @@ def _global_pool(low, node):
 def _batch_norm(low, node):
     if node.attr("training_mode", 0):
         raise UnsupportedOpError("BatchNormalization in training mode is not supported")
-    x, scale, bias, mean, var = (_in(low, node, i) for i in range(5))
+    x, scale, bias, mean, var = (operand(low, node, i) for i in range(5))
     y = low.op("cuvil.batch_norm", x, mean, var, scale, bias, eps=float(node.attr("epsilon", 1e-5)))
     return [y, None, None]
 
@@ -427,8 +392,8 @@ def _affine_operand(low, v: Value | None, shape) -> Value | None:
 
 @handles("LayerNormalization")
 def _layer_norm(low, node):
-    x, scale, bias = _in(low, node, 0), _in(low, node, 1), _in(low, node, 2)
-    axis = _norm(node.attr("axis", -1), x.type.rank)
+    x, scale, bias = operand(low, node, 0), operand(low, node, 1), operand(low, node, 2)
+    axis = norm_axis(node.attr("axis", -1), x.type.rank)
     shape = x.shape[axis:]
     params = [p for p in (_affine_operand(low, scale, shape), _affine_operand(low, bias, shape)) if p is not None]
     eps = float(node.attr("epsilon", 1e-5))
@@ -456,14 +421,14 @@ def _channel_affine(low, y: Value, scale: Value, bias: Value) -> Value:
 
 @handles("InstanceNormalization")
 def _instance_norm(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     y = _normalize_groups(low, x, x.shape[1], float(node.attr("epsilon", 1e-5)))
-    return _channel_affine(low, y, _in(low, node, 1), _in(low, node, 2))
+    return _channel_affine(low, y, operand(low, node, 1), operand(low, node, 2))
 
 
 @handles("GroupNormalization")
 def _group_norm(low, node):
-    x, scale, bias = (_in(low, node, i) for i in range(3))
+    x, scale, bias = (operand(low, node, i) for i in range(3))
     g, c = int(node.attr("num_groups")), x.shape[1]
     y = _normalize_groups(low, x, g, float(node.attr("epsilon", 1e-5)))
     if scale.shape[0] == g and g != c:  # opset 18: one scale per group
@@ -475,15 +440,15 @@ def _group_norm(low, node):
 def _reduce_axes(low, node, x: Value):
     """Sorted axes, or None for 'no reduction' (noop_with_empty_axes)."""
     since = 13 if node.op == "ReduceSum" else 18
-    axes = _ints(low, node, 1, "the axes") if low.opset >= since else node.attr("axes")
+    axes = int_list(low, node, 1, "the axes") if low.opset >= since else node.attr("axes")
     if not axes:
         return None if node.attr("noop_with_empty_axes", 0) else list(range(x.type.rank))
-    return sorted({_norm(a, x.type.rank) for a in axes})
+    return sorted({norm_axis(a, x.type.rank) for a in axes})
 
 
 def _reduce(kind):
     def handler(low, node):
-        x = _in(low, node)
+        x = operand(low, node)
         axes = _reduce_axes(low, node, x)
         if axes is None:
             return x
@@ -512,10 +477,10 @@ for _o, _k in [("ReduceMean", "mean"), ("ReduceSum", "sum"), ("ReduceMax", "max"
 
 def _softmax(opname):
     def handler(low, node):
-        x = _in(low, node)
+        x = operand(low, node)
         if low.opset >= 13:
-            return low.op(opname, x, axis=_norm(node.attr("axis", -1), x.type.rank))
-        axis = _norm(node.attr("axis", 1), x.type.rank)  # older opsets: over the flattened tail
+            return low.op(opname, x, axis=norm_axis(node.attr("axis", -1), x.type.rank))
+        axis = norm_axis(node.attr("axis", 1), x.type.rank)  # older opsets: over the flattened tail
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
         y = low.op(opname, low.reshape(x, [outer, x.type.numel // max(outer, 1)]), axis=1)
         return low.reshape(y, x.shape)
@@ -525,5 +490,3 @@ def _softmax(opname):
 handles("Softmax")(_softmax("cuvil.softmax"))
 handles("LogSoftmax")(_softmax("cuvil.log_softmax"))
 
-
-from . import onnx_shape_ops  # noqa: E402,F401  (the shape ops: same HANDLERS table)

@@ -1,5 +1,5 @@
 """ONNX shape and data-movement ops (Reshape, Slice, Pad, Gather, ...), registered into
-the HANDLERS table of onnx_ops.py. Shape operands must be constants (after folding)."""
+the HANDLERS table of onnx_common.py. Shape operands must be constants (after folding)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,14 +9,14 @@ from ..ir import symdim
 from ..ir import Value
 from ..ir.types import FLOAT_DTYPES, broadcast_shapes
 from .graph import const_array
-from .onnx_ops import _in, _ints, _norm, _scalar, handles
+from .onnx_common import handles, int_list, norm_axis, operand, scalar
 
 
 # -- shapes -------------------------------------------------------------------------------------
 @handles("Reshape")
 def _reshape(low, node):
-    x = _in(low, node)
-    spec = _ints(low, node, 1, "the shape", "shape")
+    x = operand(low, node)
+    spec = int_list(low, node, 1, "the shape", "shape")
     allow_zero = node.attr("allowzero", 0)
     spec = [x.shape[i] if d == 0 and not allow_zero else d for i, d in enumerate(spec)]
     if -1 in spec:
@@ -30,7 +30,7 @@ def _reshape(low, node):
 
 @handles("Flatten")
 def _flatten(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     axis = int(node.attr("axis", 1))
     axis = axis + x.type.rank if axis < 0 else axis
     return low.reshape(x, [symdim.product(x.shape[:axis]), symdim.product(x.shape[axis:])])
@@ -38,18 +38,18 @@ def _flatten(low, node):
 
 @handles("Squeeze")
 def _squeeze(low, node):
-    x = _in(low, node)
-    axes = _ints(low, node, 1, "the axes", "axes")
-    axes = {_norm(a, x.type.rank) for a in axes} if axes else None
+    x = operand(low, node)
+    axes = int_list(low, node, 1, "the axes", "axes")
+    axes = {norm_axis(a, x.type.rank) for a in axes} if axes else None
     return low.reshape(x, [d for i, d in enumerate(x.shape) if not (d == 1 and (axes is None or i in axes))])
 
 
 @handles("Unsqueeze")
 def _unsqueeze(low, node):
-    x = _in(low, node)
-    axes = _ints(low, node, 1, "the axes", "axes")
+    x = operand(low, node)
+    axes = int_list(low, node, 1, "the axes", "axes")
     rank = x.type.rank + len(axes)
-    axes = sorted(_norm(a, rank) for a in axes)
+    axes = sorted(norm_axis(a, rank) for a in axes)
     shape = list(x.shape)
     for a in axes:
         shape.insert(a, 1)
@@ -58,7 +58,7 @@ def _unsqueeze(low, node):
 
 @handles("Transpose")
 def _transpose(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     perm = node.attr("perm") or list(range(x.type.rank))[::-1]
     return low.transpose(x, perm)
 
@@ -66,14 +66,14 @@ def _transpose(low, node):
 @handles("Concat")
 def _concat(low, node):
     vals = [low.get(n) for n in node.inputs if n]
-    return low.concat(vals, _norm(node.attr("axis"), vals[0].type.rank))
+    return low.concat(vals, norm_axis(node.attr("axis"), vals[0].type.rank))
 
 
 @handles("Split")
 def _split(low, node):
-    x = _in(low, node)
-    ax = _norm(node.attr("axis", 0), x.type.rank)
-    sizes = _ints(low, node, 1, "the split sizes", "split")
+    x = operand(low, node)
+    ax = norm_axis(node.attr("axis", 0), x.type.rank)
+    sizes = int_list(low, node, 1, "the split sizes", "split")
     n_out = len(node.outputs)
     if not sizes:
         n = x.shape[ax]
@@ -88,18 +88,18 @@ def _split(low, node):
 
 @handles("Slice")
 def _slice(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     if low.opset < 10:
         starts, ends, axes, steps = node.attr("starts"), node.attr("ends"), node.attr("axes"), None
     else:
-        starts, ends = _ints(low, node, 1, "the starts"), _ints(low, node, 2, "the ends")
-        axes, steps = _ints(low, node, 3, "the axes"), _ints(low, node, 4, "the steps")
+        starts, ends = int_list(low, node, 1, "the starts"), int_list(low, node, 2, "the ends")
+        axes, steps = int_list(low, node, 3, "the axes"), int_list(low, node, 4, "the steps")
     axes = axes or list(range(len(starts)))
     steps = steps or [1] * len(starts)
     arr = const_array(x)
     index = [slice(None)] * x.type.rank
     for a, s, e, k in zip(axes, starts, ends, steps):
-        index[_norm(a, x.type.rank)] = slice(s, e, k)
+        index[norm_axis(a, x.type.rank)] = slice(s, e, k)
     symbolic_bounds = any(isinstance(b, str) for sl in index for b in (sl.start, sl.stop))
     if arr is not None and not symbolic_bounds:
         return low.const(np.array(arr[tuple(index)]))
@@ -134,18 +134,18 @@ def _symbolic_slice(low, x, d, sl):
 
 @handles("Pad")
 def _pad(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     mode = node.attr("mode", "constant")
     if mode not in ("constant", "edge", "reflect", "wrap"):
         raise UnsupportedOpError(f"Pad mode {mode!r} is not supported")
     if low.opset < 11:
         flat, value, axes = node.attr("pads"), float(node.attr("value", 0.0)), None
     else:
-        flat = _ints(low, node, 1, "the pads")
-        value = _scalar(low, node, 2, "the padding value")
+        flat = int_list(low, node, 1, "the pads")
+        value = scalar(low, node, 2, "the padding value")
         value = 0.0 if value is None else float(value)
-        axes = _ints(low, node, 3, "the axes")
-    axes = [_norm(a, x.type.rank) for a in axes] if axes else list(range(x.type.rank))
+        axes = int_list(low, node, 3, "the axes")
+    axes = [norm_axis(a, x.type.rank) for a in axes] if axes else list(range(x.type.rank))
     k = len(axes)
     pads = [[0, 0] for _ in range(x.type.rank)]
     for j, a in enumerate(axes):
@@ -182,15 +182,15 @@ def _pad_source(mode: str, n: int, lo: int, hi: int) -> np.ndarray:
 
 @handles("Expand")
 def _expand(low, node):
-    x = _in(low, node)
-    shape = broadcast_shapes(tuple(x.shape), tuple(_ints(low, node, 1, "the shape")))
+    x = operand(low, node)
+    shape = broadcast_shapes(tuple(x.shape), tuple(int_list(low, node, 1, "the shape")))
     return low.broadcast(x, shape)
 
 
 @handles("Tile")
 def _tile(low, node):
-    x = _in(low, node)
-    reps = _ints(low, node, 1, "the repeats")
+    x = operand(low, node)
+    reps = int_list(low, node, 1, "the repeats")
     inter, full = [], []
     for r, d in zip(reps, x.shape):
         inter += [1, d]
@@ -210,17 +210,17 @@ def _wrap(low, idx: Value, n: int) -> Value:
 
 @handles("Gather")
 def _gather(low, node):
-    x, idx = _in(low, node, 0), _in(low, node, 1)
-    ax = _norm(node.attr("axis", 0), x.type.rank)
+    x, idx = operand(low, node, 0), operand(low, node, 1)
+    ax = norm_axis(node.attr("axis", 0), x.type.rank)
     return low.op("cuvil.gather", x, _wrap(low, idx, x.shape[ax]), axis=ax)
 
 
 @handles("GatherElements")
 def _gather_elements(low, node):
     """out[i] = x[i with index[i] at axis]: one gather over the flattened x."""
-    x, idx = _in(low, node, 0), _in(low, node, 1)
+    x, idx = operand(low, node, 0), operand(low, node, 1)
     rank = x.type.rank
-    ax = _norm(node.attr("axis", 0), rank)
+    ax = norm_axis(node.attr("axis", 0), rank)
     strides = [int(np.prod(x.shape[k + 1:], dtype=np.int64)) for k in range(rank)]
     grid = np.zeros(idx.shape, np.int64)
     for k in range(rank):
@@ -235,7 +235,7 @@ def _gather_elements(low, node):
 
 @handles("DepthToSpace")
 def _depth_to_space(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     b = int(node.attr("blocksize"))
     n, c, h, w = x.shape
     if node.attr("mode", "DCR") == "DCR":
@@ -247,7 +247,7 @@ def _depth_to_space(low, node):
 
 @handles("SpaceToDepth")
 def _space_to_depth(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     b = int(node.attr("blocksize"))
     n, c, h, w = x.shape
     perm = [0, 3, 5, 1, 2, 4] if node.attr("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]

@@ -2,12 +2,13 @@
 SavedModel -> concrete function at the example inputs' shapes -> variables folded to
 constants -> GraphDef -> Cuvil IR.
 
-Each GraphDef node is lowered by a handler in `tf_ops.py`, keyed by the op type. Keras
-works in NHWC while Cuvil's conv and pooling ops are NCHW: a 4-D tensor can be held in
-NCHW form (`Lowering.nchw`), so convolutions, their bias, batch norm, activations,
-residual adds, padding and pooling chain without transposes in between; a transpose is
-made only where an NHWC-only consumer (a reshape, a dense layer, an output) needs it.
-Every lowered tensor is checked against the shape and dtype TensorFlow inferred for it.
+Each GraphDef node is lowered by a handler in `tf_ops.py` or `tf_shape_ops.py`, keyed by
+the op type in the HANDLERS table of `tf_common.py`. Keras works in NHWC while Cuvil's
+conv and pooling ops are NCHW: a 4-D tensor can be held in NCHW form (`Lowering.nchw`),
+so convolutions, their bias, batch norm, activations, residual adds, padding and
+pooling chain without transposes in between; a transpose is made only where an
+NHWC-only consumer (a reshape, a dense layer, an output) needs it. Every lowered tensor
+is checked against the shape and dtype TensorFlow inferred for it.
 
 TensorFlow is imported only inside the functions here: the compile stage never needs it.
 """
@@ -23,19 +24,14 @@ import numpy as np
 from ..errors import CuvilError, FrontendError, UnsupportedOpError
 from ..ir import Function, Module, TensorType, Value
 from .graph import GraphLowering, check_type
-
-TF_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int64": "i64", "int32": "i32",
-             "int8": "i8", "uint8": "u8", "bool": "bool"}
-NHWC_TO_NCHW = [0, 3, 1, 2]
-NCHW_TO_NHWC = [0, 2, 3, 1]
+from .tf_common import HANDLERS, NCHW, NCHW_TO_NHWC, NHWC_TO_NCHW, TF_DTYPES, cuvil_dtype
 
 
-def cuvil_dtype(tf_dtype) -> str:
-    import tensorflow as tf
-    name = tf.as_dtype(tf_dtype).name
-    if name not in TF_DTYPES:
-        raise FrontendError(f"TensorFlow dtype {name} is not supported")
-    return TF_DTYPES[name]
+def handlers() -> dict:
+    """Op type -> handler, for every op the frontend lowers. The handler modules fill the
+    table when imported: here, not at the top, so that importing this module stays cheap."""
+    from . import tf_ops, tf_shape_ops  # noqa: F401
+    return HANDLERS
 
 
 def is_tensorflow_model(obj) -> bool:
@@ -128,15 +124,6 @@ class Lowering(GraphLowering):
         return self.transpose(v, NHWC_TO_NCHW)
 
 
-class NCHW:
-    """A handler result: this value is the NCHW form of the node's (NHWC) output."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Value):
-        self.value = value
-
-
 # -- capture -----------------------------------------------------------------------------------
 def _concrete_function(model, example_inputs):
     """(concrete function, input names, an object to keep alive while it is used) for a
@@ -220,8 +207,6 @@ def _topological(nodes: list[Node]) -> list[Node]:
 
 def capture_tf(model, example_inputs: Sequence, *, name_inputs: Sequence[str] | None = None) -> Module:
     """Trace `model` at the example inputs' shapes with TensorFlow and lower it."""
-    from . import tf_ops  # noqa: F401  (registers the handlers)
-
     outer = {(f.filename, f.lineno) for f in traceback.extract_stack()}
     example_inputs = [np.asarray(x) for x in example_inputs]
     cf, sig_names, _owner = _concrete_function(model, example_inputs)
@@ -266,9 +251,8 @@ def _output_names(cf, n: int) -> list[str]:
 
 
 def _lower_node(low: Lowering, graph, node: Node, loc: str) -> None:
-    from .tf_ops import HANDLERS
     low.b.loc, low.where, low.node_name = loc, str(node), _const_name(node.name)
-    handler = HANDLERS.get(node.op)
+    handler = handlers().get(node.op)
     if handler is None:
         raise UnsupportedOpError(f"unsupported TensorFlow op {node.op} ({node})" + (f" at {loc}" if loc else ""))
     try:

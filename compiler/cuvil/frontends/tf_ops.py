@@ -1,4 +1,6 @@
-"""Handlers lowering TensorFlow GraphDef ops to Cuvil IR, keyed by op type ('Conv2D').
+"""Handlers lowering TensorFlow GraphDef ops to Cuvil IR, registered by op type ('Conv2D')
+in the HANDLERS table of tf_common.py; the shape and data-movement ops are in
+tf_shape_ops.py.
 
 Each handler takes the Lowering state and the Node and returns the node's outputs: a
 Value, an `NCHW(value)` (a 4-D output held in NCHW form), None for an output nothing may
@@ -12,32 +14,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir import Value
 from .graph import const_array, lower_einsum, same_pads
-from .tf import NCHW, NHWC_TO_NCHW, TF_DTYPES, cuvil_dtype
-
-HANDLERS: dict = {}
-
-
-def handles(*names):
-    def deco(fn):
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-    return deco
-
-
-def _in(low, node, i: int = 0) -> Value:
-    return low.get(node.inputs[i])
-
-
-def _static(low, node, i: int, what: str) -> np.ndarray:
-    return low.static(_in(low, node, i), f"{what} of {node.op}")
-
-
-def _norm(d: int, rank: int) -> int:
-    d = int(d)
-    if not -rank <= d < max(rank, 1):
-        raise UnsupportedOpError(f"axis {d} is out of range for rank {rank}")
-    return d + rank if d < 0 else d
+from .tf_common import NCHW, NHWC_TO_NCHW, TF_DTYPES, cuvil_dtype, handles, norm_axis, operand, static_operand
 
 
 # -- identity-like and constants ---------------------------------------------------------------
@@ -190,7 +167,7 @@ def _squared_difference(low, a, b):
 @handles("BiasAdd", "BiasAddV1")
 def _bias_add(low, node):
     if node.attr("data_format", "NHWC") == "NCHW":
-        x, b = _in(low, node, 0), _in(low, node, 1)
+        x, b = operand(low, node, 0), operand(low, node, 1)
         return low.op("cuvil.add", x, low.reshape(b, [1, b.shape[0]] + [1] * (x.type.rank - 2)))
     return _bin_op("cuvil.add")(low, node)  # the bias is on the last dim: plain broadcasting
 
@@ -210,7 +187,7 @@ def _add_n(low, node):
 
 @handles("ClipByValue")
 def _clip(low, node):
-    x, lo, hi = (_in(low, node, i) for i in range(3))
+    x, lo, hi = (operand(low, node, i) for i in range(3))
     clo, chi = const_array(lo), const_array(hi)
     if clo is not None and chi is not None and clo.size == 1 and chi.size == 1:
         cast = float if x.dtype in ("f32", "f16", "f64") else int
@@ -220,7 +197,7 @@ def _clip(low, node):
 
 @handles("Select", "SelectV2")
 def _select(low, node):
-    c, a, b = (_in(low, node, i) for i in range(3))
+    c, a, b = (operand(low, node, i) for i in range(3))
     if node.op == "Select" and c.type.rank == 1 and a.type.rank > 1:  # v1: condition picks rows
         c = low.reshape(c, [c.shape[0]] + [1] * (a.type.rank - 1))
     return low.op("cuvil.where", c, a, b)
@@ -235,7 +212,7 @@ def _swap_last(low, v: Value) -> Value:
 
 @handles("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 def _matmul(low, node):
-    a, b = _in(low, node, 0), _in(low, node, 1)
+    a, b = operand(low, node, 0), operand(low, node, 1)
     ta = node.attr("transpose_a", False) or node.attr("adj_x", False)
     tb = node.attr("transpose_b", False) or node.attr("adj_y", False)
     y = low.op("cuvil.matmul", _swap_last(low, a) if ta else a, _swap_last(low, b) if tb else b)
@@ -275,7 +252,7 @@ def _nchw_input(low, node):
     nhwc = node.attr("data_format", "NHWC") == "NHWC"
     if node.attr("data_format", "NHWC") not in ("NHWC", "NCHW"):
         raise UnsupportedOpError(f"data_format {node.attr('data_format')!r} is not supported")
-    return (low.nchw(node.inputs[0]) if nhwc else _in(low, node, 0)), nhwc
+    return (low.nchw(node.inputs[0]) if nhwc else operand(low, node, 0)), nhwc
 
 
 def _dilated_conv_pattern(low, node):
@@ -313,14 +290,14 @@ def _conv2d(low, node):
         return None
     x, nhwc = _nchw_input(low, node)
     stride, dilation = _spatial(node, "strides", [1, 1, 1, 1]), _spatial(node, "dilations", [1, 1, 1, 1])
-    kh, kw = _in(low, node, 1).shape[:2]
+    kh, kw = operand(low, node, 1).shape[:2]
     pads = _pads(node, x.shape[2], x.shape[3], kh, kw, stride, dilation)
     y = _conv_core(low, node, x, stride, dilation, pads)
     return NCHW(y) if nhwc else y
 
 
 def _conv_core(low, node, x, stride, dilation, pads):
-    f = _in(low, node, 1)  # [KH, KW, C/groups, OC] or depthwise [KH, KW, C, M]
+    f = operand(low, node, 1)  # [KH, KW, C/groups, OC] or depthwise [KH, KW, C, M]
     kh, kw, fin, fout = f.shape
     c = x.shape[1]
     if node.op == "DepthwiseConv2dNative":
@@ -335,9 +312,9 @@ def _conv_core(low, node, x, stride, dilation, pads):
 
 @handles("SpaceToBatchND")
 def _space_to_batch(low, node):
-    x = _in(low, node)
-    block = [int(b) for b in _static(low, node, 1, "the block shape")]
-    pads = _static(low, node, 2, "the paddings").tolist()
+    x = operand(low, node)
+    block = [int(b) for b in static_operand(low, node, 1, "the block shape")]
+    pads = static_operand(low, node, 2, "the paddings").tolist()
     if x.type.rank != 4 or len(block) != 2:
         raise UnsupportedOpError("SpaceToBatchND is supported on 4-D NHWC tensors with a 2-D block")
     (bh, bw), (n, _, _, c) = block, x.shape
@@ -351,9 +328,9 @@ def _space_to_batch(low, node):
 def _batch_to_space(low, node):
     if node.name in low.pending:  # the end of a dilated convolution, already lowered
         return low.pending.pop(node.name)
-    x = _in(low, node)
-    block = [int(b) for b in _static(low, node, 1, "the block shape")]
-    (ct, cb), (cl, cr) = _static(low, node, 2, "the crops").tolist()
+    x = operand(low, node)
+    block = [int(b) for b in static_operand(low, node, 1, "the block shape")]
+    (ct, cb), (cl, cr) = static_operand(low, node, 2, "the crops").tolist()
     if x.type.rank != 4 or len(block) != 2:
         raise UnsupportedOpError("BatchToSpaceND is supported on 4-D NHWC tensors with a 2-D block")
     (bh, bw), (nb, h, w, c) = block, x.shape
@@ -368,7 +345,7 @@ def _fused_batch_norm(low, node):
     if node.attr("is_training", False):
         raise UnsupportedOpError("batch norm in training mode (call the model with training=False)")
     x, nhwc = _nchw_input(low, node)
-    scale, offset, mean, var = (_in(low, node, i) for i in range(1, 5))
+    scale, offset, mean, var = (operand(low, node, i) for i in range(1, 5))
     y = low.op("cuvil.batch_norm", x, mean, var, scale, offset, eps=float(node.attr("epsilon", 1e-3)))
     return [NCHW(y) if nhwc else y, None, None, None, None, None]
 
@@ -392,7 +369,7 @@ def _reduce(opname):
     def handler(low, node):
         key = node.inputs[0]
         x = low.env.get(key) or low.nchw_env[key]
-        axes = sorted({_norm(a, x.type.rank) for a in np.ravel(_static(low, node, 1, "the axes"))})
+        axes = sorted({norm_axis(a, x.type.rank) for a in np.ravel(static_operand(low, node, 1, "the axes"))})
         keep = bool(node.attr("keep_dims", False))
         if not axes:
             return _identity(low, node)
@@ -412,8 +389,6 @@ for _tf, _op in [("Mean", "reduce_mean"), ("Sum", "reduce_sum"), ("Max", "reduce
 
 @handles("Softmax", "LogSoftmax")
 def _softmax(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     return low.op("cuvil.softmax" if node.op == "Softmax" else "cuvil.log_softmax", x, axis=x.type.rank - 1)
 
-
-from . import tf_shape_ops  # noqa: E402,F401  (the shape ops: same HANDLERS table)

@@ -1,5 +1,5 @@
 """TensorFlow shape and data-movement ops (Reshape, StridedSlice, Pad, GatherV2, ...),
-registered into the HANDLERS table of tf_ops.py. Shape operands must be constants
+registered into the HANDLERS table of tf_common.py. Shape operands must be constants
 (after folding); NCHW-held tensors stay in NCHW where the op allows (Pad, Concat)."""
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir import Value
 from .graph import const_array
-from .tf import NCHW, NCHW_TO_NHWC, NHWC_TO_NCHW
-from .tf_ops import _in, _norm, _static, handles
+from .tf_common import NCHW, NCHW_TO_NHWC, NHWC_TO_NCHW, handles, norm_axis, operand, static_operand
 
 
 # -- shapes ---------------------------------------------------------------------------------------
@@ -25,22 +24,22 @@ def _node_shape(x: Value, spec) -> list[int]:
 
 @handles("Reshape")
 def _reshape(low, node):
-    x = _in(low, node)
-    return low.reshape(x, _node_shape(x, _static(low, node, 1, "the shape")))
+    x = operand(low, node)
+    return low.reshape(x, _node_shape(x, static_operand(low, node, 1, "the shape")))
 
 
 @handles("Squeeze")
 def _squeeze(low, node):
-    x = _in(low, node)
-    dims = {_norm(d, x.type.rank) for d in node.attr("squeeze_dims") or []}
+    x = operand(low, node)
+    dims = {norm_axis(d, x.type.rank) for d in node.attr("squeeze_dims") or []}
     shape = [d for i, d in enumerate(x.shape) if not (d == 1 and (not dims or i in dims))]
     return low.reshape(x, shape)
 
 
 @handles("ExpandDims")
 def _expand_dims(low, node):
-    x = _in(low, node)
-    ax = _norm(int(np.ravel(_static(low, node, 1, "the axis"))[0]), x.type.rank + 1)
+    x = operand(low, node)
+    ax = norm_axis(int(np.ravel(static_operand(low, node, 1, "the axis"))[0]), x.type.rank + 1)
     shape = list(x.shape)
     shape.insert(ax, 1)
     return low.reshape(x, shape)
@@ -49,7 +48,7 @@ def _expand_dims(low, node):
 @handles("Transpose")
 def _transpose(low, node):
     key = node.inputs[0]
-    perm = [int(p) for p in _static(low, node, 1, "the permutation")]
+    perm = [int(p) for p in static_operand(low, node, 1, "the permutation")]
     if low.has_nchw(key) and perm == NHWC_TO_NCHW:
         return low.nchw(key)
     if low.has_nchw(key) and perm == [0, 1, 2, 3]:
@@ -81,7 +80,7 @@ def _concat(low, node):
     ax = int(np.ravel(low.static(low.get(ax_key), "the axis of Concat"))[0])
     ranks = {(low.env.get(k) or low.nchw_env[k]).type.rank for k in keys}
     rank = ranks.pop()
-    ax = _norm(ax, rank)
+    ax = norm_axis(ax, rank)
     if rank == 4 and any(low.has_nchw(k) for k in keys):
         return NCHW(low.concat([low.nchw(k) for k in keys], NHWC_TO_NCHW.index(ax)))
     return low.concat([low.get(k) for k in keys], ax)
@@ -90,15 +89,15 @@ def _concat(low, node):
 @handles("Pack")
 def _pack(low, node):
     vals = [low.get(k) for k in node.inputs]
-    ax = _norm(node.attr("axis", 0), vals[0].type.rank + 1)
+    ax = norm_axis(node.attr("axis", 0), vals[0].type.rank + 1)
     parts = [low.reshape(v, list(v.shape[:ax]) + [1] + list(v.shape[ax:])) for v in vals]
     return low.concat(parts, ax)
 
 
 @handles("Unpack")
 def _unpack(low, node):
-    x = _in(low, node)
-    ax = _norm(node.attr("axis", 0), x.type.rank)
+    x = operand(low, node)
+    ax = norm_axis(node.attr("axis", 0), x.type.rank)
     shape = [d for i, d in enumerate(x.shape) if i != ax]
     return [low.reshape(low.slice(x, ax, i, i + 1), shape) for i in range(x.shape[ax])]
 
@@ -106,7 +105,7 @@ def _unpack(low, node):
 @handles("Split")
 def _split(low, node):
     x = low.get(node.inputs[1])
-    ax = _norm(int(np.ravel(_static(low, node, 0, "the axis"))[0]), x.type.rank)
+    ax = norm_axis(int(np.ravel(static_operand(low, node, 0, "the axis"))[0]), x.type.rank)
     n = int(node.attr("num_split"))
     size = x.shape[ax] // n
     return [low.slice(x, ax, i * size, (i + 1) * size) for i in range(n)]
@@ -114,9 +113,9 @@ def _split(low, node):
 
 @handles("SplitV")
 def _split_v(low, node):
-    x = _in(low, node)
-    sizes = [int(s) for s in _static(low, node, 1, "the sizes")]
-    ax = _norm(int(np.ravel(_static(low, node, 2, "the axis"))[0]), x.type.rank)
+    x = operand(low, node)
+    sizes = [int(s) for s in static_operand(low, node, 1, "the sizes")]
+    ax = norm_axis(int(np.ravel(static_operand(low, node, 2, "the axis"))[0]), x.type.rank)
     if -1 in sizes:
         sizes[sizes.index(-1)] = x.shape[ax] - (sum(sizes) + 1)
     outs, start = [], 0
@@ -129,8 +128,8 @@ def _split_v(low, node):
 @handles("Pad", "PadV2")
 def _pad(low, node):
     key = node.inputs[0]
-    pads = [[int(lo), int(hi)] for lo, hi in _static(low, node, 1, "the paddings")]
-    value = float(np.ravel(_static(low, node, 2, "the padding value"))[0]) if node.op == "PadV2" else 0.0
+    pads = [[int(lo), int(hi)] for lo, hi in static_operand(low, node, 1, "the paddings")]
+    value = float(np.ravel(static_operand(low, node, 2, "the padding value"))[0]) if node.op == "PadV2" else 0.0
     if any(p < 0 for pair in pads for p in pair):
         raise UnsupportedOpError("negative paddings are not supported")
     if low.has_nchw(key):
@@ -140,9 +139,9 @@ def _pad(low, node):
 
 @handles("Slice")
 def _slice(low, node):
-    x = _in(low, node)
-    begin = [int(b) for b in _static(low, node, 1, "the begin")]
-    size = [int(s) for s in _static(low, node, 2, "the size")]
+    x = operand(low, node)
+    begin = [int(b) for b in static_operand(low, node, 1, "the begin")]
+    size = [int(s) for s in static_operand(low, node, 2, "the size")]
     for d, (b, s) in enumerate(zip(begin, size)):
         x = low.slice(x, d, b, x.shape[d] if s == -1 else b + s)
     return x
@@ -154,8 +153,8 @@ def _bits(mask: int, j: int) -> bool:
 
 @handles("StridedSlice")
 def _strided_slice(low, node):
-    x = _in(low, node)
-    begin, end, strides = (list(map(int, _static(low, node, i, w))) for i, w in
+    x = operand(low, node)
+    begin, end, strides = (list(map(int, static_operand(low, node, i, w))) for i, w in
                            ((1, "the begin"), (2, "the end"), (3, "the strides")))
     m = {k: node.attr(k, 0) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                                       "shrink_axis_mask")}
@@ -195,8 +194,8 @@ def _strided_slice(low, node):
 
 @handles("GatherV2", "Gather")
 def _gather(low, node):
-    x, idx = _in(low, node, 0), _in(low, node, 1)
-    ax = 0 if node.op == "Gather" else _norm(int(np.ravel(_static(low, node, 2, "the axis"))[0]), x.type.rank)
+    x, idx = operand(low, node, 0), operand(low, node, 1)
+    ax = 0 if node.op == "Gather" else norm_axis(int(np.ravel(static_operand(low, node, 2, "the axis"))[0]), x.type.rank)
     if int(node.attr("batch_dims", 0) or 0):
         raise UnsupportedOpError("gather with batch_dims is not supported")
     return low.op("cuvil.gather", x, idx, axis=ax)
@@ -204,34 +203,34 @@ def _gather(low, node):
 
 @handles("Fill")
 def _fill(low, node):
-    shape = [int(d) for d in _static(low, node, 0, "the shape")]
-    v = _in(low, node, 1)
+    shape = [int(d) for d in static_operand(low, node, 0, "the shape")]
+    v = operand(low, node, 1)
     arr = const_array(v)
     return low.const(np.full(shape, arr, dtype=arr.dtype)) if arr is not None else low.broadcast(v, shape)
 
 
 @handles("ZerosLike", "OnesLike")
 def _zeros_like(low, node):
-    x = _in(low, node)
+    x = operand(low, node)
     return low.const(np.full(x.shape, 0 if node.op == "ZerosLike" else 1, dtype=x.type.np_dtype))
 
 
 @handles("Range")
 def _range(low, node):
-    start, limit, delta = (np.ravel(_static(low, node, i, w))[0] for i, w in
+    start, limit, delta = (np.ravel(static_operand(low, node, i, w))[0] for i, w in
                            ((0, "the start"), (1, "the limit"), (2, "the delta")))
     return low.const(np.arange(start, limit, delta, dtype=_np_dtype(node.attr("Tidx"))))
 
 
 @handles("BroadcastTo")
 def _broadcast_to(low, node):
-    return low.broadcast(_in(low, node), [int(d) for d in _static(low, node, 1, "the shape")])
+    return low.broadcast(operand(low, node), [int(d) for d in static_operand(low, node, 1, "the shape")])
 
 
 @handles("Tile")
 def _tile(low, node):
-    x = _in(low, node)
-    reps = [int(r) for r in _static(low, node, 1, "the multiples")]
+    x = operand(low, node)
+    reps = [int(r) for r in static_operand(low, node, 1, "the multiples")]
     inter, full = [], []
     for r, d in zip(reps, x.shape):
         inter += [1, d]
