@@ -1,7 +1,8 @@
-"""LLVM infrastructure: targets, for_range, float32 math, weights blobs, linking.
+"""LLVM infrastructure: targets, for_range, float32 math, weights blobs.
 
 Code is compiled for the host (and for x86-64 without FMA, also runnable here),
-linked into a .so with `link_shared`, and checked with ctypes against NumPy.
+linked into a .so with the C compiler, and checked with ctypes against NumPy.
+(Linking artifacts is cuvil.native's, tested in tests/runtime/test_native.py.)
 """
 
 from __future__ import annotations
@@ -9,14 +10,14 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 from llvmlite import ir
 
 from cuvil.backend.llvm import loops, mathlib, target, weights
-from cuvil.backend.llvm.link import link_shared
-from cuvil.errors import BackendError, LinkError
+from cuvil.errors import BackendError
 
 F32 = ir.FloatType()
 I64 = ir.IntType(64)
@@ -77,7 +78,9 @@ def _map_module() -> ir.Module:
 def _build_so(tmp_path, name: str, ir_text: str, tgt: target.Target, extra_objects=()) -> ctypes.CDLL:
     obj = tmp_path / f"{name}.o"
     obj.write_bytes(target.compile_to_object(ir_text, tgt))
-    return ctypes.CDLL(str(link_shared([obj, *extra_objects], [], tmp_path / f"lib{name}.so")))
+    lib = tmp_path / f"lib{name}.so"
+    subprocess.run(["cc", "-shared", "-o", str(lib), str(obj), *map(str, extra_objects), "-lm"], check=True)
+    return ctypes.CDLL(str(lib))
 
 
 def _ptr(array: np.ndarray) -> ctypes.c_void_p:
@@ -331,20 +334,3 @@ def test_end_to_end_kernel_with_weights(tmp_path):
     lib.cuvil_test_add(_ptr(result), _ptr(a_arr), _ptr(b_arr), ctypes.c_int64(n))
     np.testing.assert_allclose(result, a_arr + b_arr * w, rtol=1e-6, atol=1e-6)
 
-
-# --- linking ----------------------------------------------------------------
-
-
-def test_link_shared_reports_compiler_errors(tmp_path):
-    good = tmp_path / "good.c"
-    good.write_text("int cuvil_answer(void) { return 42; }\n")
-    lib = ctypes.CDLL(str(link_shared([], [good], tmp_path / "libgood.so")))
-    assert lib.cuvil_answer() == 42
-    bad = tmp_path / "bad.c"
-    bad.write_text("int broken(void) { return undeclared_thing; }\n")
-    with pytest.raises(LinkError, match="undeclared_thing"):
-        link_shared([], [bad], tmp_path / "libbad.so")
-    assert not (tmp_path / "libbad.so").exists()
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
-    with pytest.raises(LinkError, match="does not exist"):
-        link_shared([tmp_path / "missing.o"], [], tmp_path / "libmissing.so")
