@@ -29,6 +29,7 @@ from typing import Callable
 from .config import Config, ConfigError
 from .errors import CuvilError
 from .fsutil import atomic_write  # noqa: F401  (re-exported: cli and tests use build.atomic_write)
+from .native import check_image_support, link_artifact, runtime_hash, toolchain_for
 from .quant_config import calibration_inputs, quantization_options
 from .runtime import abi
 
@@ -60,10 +61,6 @@ def _tree_hash(root: Path, patterns: tuple[str, ...]) -> str:
 def compiler_hash() -> str:
     """Everything the compile stage's output depends on in Cuvil itself."""
     return _tree_hash(_PKG, ("*.py",))
-
-
-def runtime_hash() -> str:
-    return _tree_hash(_PKG / "runtime", ("*.c", "*.h"))
 
 
 def atomic_copy(src: Path, dst: Path) -> None:
@@ -594,7 +591,6 @@ def link_compiled(compiled: Path, kind: str, out: Path, cc: str | None = None,
     """The link stage: the compile stage's outputs in `compiled` (+ plugin modules) ->
     one artifact at `out`, with the C toolchain of the manifest's target (`cc`
     overrides it)."""
-    from .native import link_artifact
     manifest = _manifest_of(compiled)
     name = manifest["prefix"]
     objects = [compiled / f"{name}.o", compiled / f"{name}.weights.o"]
@@ -614,7 +610,6 @@ def _cc_version(cc: list[str]) -> str:
 
 def cached_link(compiled: Path, kind: str, cache: Cache, cc: str | None = None,
                 plugins: tuple[Path, ...] = ()) -> Path:
-    from .native import toolchain_for
     files = {p.name: sha256_file(p) for p in sorted(compiled.iterdir()) if p.is_file()}
     manifest = _manifest_of(compiled)
     tool = toolchain_for(manifest["target"]["triple"], cc)
@@ -644,12 +639,11 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
     """capture -> compile -> link with the cache; copy the artifact to `output` atomically.
     The target is the config's (cfg.target: --target, else target.arch, with the
     matching overrides applied by load_config)."""
-    from .native import check_image_support, toolchain_for
     kind = kind or (cfg.data.get("build") or {}).get("artifact", "executable")
     cache = Cache(cache_dir or cfg.base / ".cuvil-cache", log)
     opts = compile_options(cfg)
     target = resolve_target(opts)  # fail before any work on an impossible target
-    tool = toolchain_for(target.triple, cc)
+    tool = toolchain_for(target, cc)
     tool.check_kind(_NATIVE_KIND[kind])
     tool.check_installed()
     if kind == "executable":

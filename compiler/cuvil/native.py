@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -42,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .backend.header import c_string, check_manifest, render_header
-from .build import runtime_hash
+from .backend.llvm.target import Target
 from .errors import CuvilError, LinkError
 from .runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR, abi
 
@@ -52,6 +53,15 @@ CODEC_PACKAGES = "libjpeg62-turbo-dev libpng-dev zlib1g-dev"
 MAX_IMAGE_SIDE = 16384  # CUVIL_IMAGE_MAX_SIDE
 _LAYOUTS = {"NCHW": "CUVIL_LAYOUT_NCHW", "NHWC": "CUVIL_LAYOUT_NHWC"}
 _COLORS = {"RGB": ("CUVIL_COLOR_RGB", 3), "BGR": ("CUVIL_COLOR_BGR", 3), "GRAY": ("CUVIL_COLOR_GRAY", 1)}
+
+
+def runtime_hash() -> str:
+    """Hash of the C runtime's sources (*.c, *.h): part of the link stage's cache key and
+    of the key under which compiled runtime objects are reused."""
+    h = hashlib.sha256()
+    for p in sorted(RUNTIME_DIR.rglob("*.[ch]")):
+        h.update(str(p.relative_to(RUNTIME_DIR)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:32]
 
 
 def _bad(key: str, msg: str) -> CuvilError:
@@ -297,7 +307,7 @@ class Toolchain:
 
     @property
     def arch(self) -> str:
-        return self.triple.split("-", 1)[0]
+        return Target(self.triple).arch
 
     def check_kind(self, kind: str) -> None:
         if kind not in self.kinds:
@@ -315,10 +325,12 @@ _ELF_FLAGS = ("-fPIC", "-pthread")
 _ELF_LIBS = ("-lm", "-lpthread")
 
 
-def toolchain_for(triple: str, cc: str | None = None) -> Toolchain:
-    """The C toolchain for an LLVM triple; `cc` (a command, may carry arguments) replaces
-    the compiler driver."""
-    arch = triple.split("-", 1)[0]
+def toolchain_for(target: Target | str, cc: str | None = None) -> Toolchain:
+    """The C toolchain for a target (a backend.llvm.target.Target, or its LLVM triple as
+    a manifest records it); `cc` (a command, may carry arguments) replaces the compiler
+    driver."""
+    target = target if isinstance(target, Target) else Target(target)
+    triple, arch = target.triple, target.arch
     if arch == "x86_64":
         cmd = shlex.split(cc or os.environ.get("CC") or "cc")
         return Toolchain(triple, tuple(cmd), _ELF_FLAGS, (), _ELF_LIBS, (), KINDS, "gcc", CODEC_PACKAGES)
@@ -379,7 +391,7 @@ def check_signatures(manifest: dict, objects: Sequence[Path], runtime_obj: Path,
     if runtime is None:
         raise LinkError(f"the runtime compiled by {cc!r} carries no ABI signature")
     runtime_side = _side(runtime, f"the Cuvil runtime compiled by {cc!r}")
-    want_arch = manifest["target"]["triple"].split("-", 1)[0]
+    want_arch = Target(manifest["target"]["triple"]).arch
     for o in objects:
         data = o.read_bytes()
         arch = abi.object_arch(data)
@@ -537,7 +549,7 @@ _RUNTIME_OBJECTS: dict[tuple, bytes] = {}
 
 def _runtime_object(ccmd: list[str], base: list[str], runtime: str, src: Path, obj: Path, what: str) -> None:
     """Write to `obj` runtime source `src` compiled with `ccmd` and `base` flags; compiled
-    once per process for each (compiler, flags, `runtime` = build.runtime_hash()): models
+    once per process for each (compiler, flags, `runtime` = runtime_hash()): models
     compiled one after another (tests, `cuvil.compile` in a loop) reuse it. The object is
     the one a fresh compile gives (-ffile-prefix-map keeps paths out of it)."""
     key = (tuple(ccmd), tuple(base), src.name, runtime)
