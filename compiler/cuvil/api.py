@@ -10,15 +10,17 @@ import ctypes
 import os
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .errors import CuvilError
 from .ir import Module, read_bundle, write_bundle
 from .ir.types import TensorType
+from .options import CompileOptions, Quantization
 
-QUANTIZATION_MODES = ("none", "fp16", "int4_block", "int8_sym")
+if TYPE_CHECKING:
+    from .backend.llvm.target import Target
 
 
 def capture(module, example_inputs: Sequence, path: str | os.PathLike) -> Module:
@@ -92,11 +94,10 @@ def _FunctionModule(fn):
     return Wrapped()
 
 
-def compile(module, example_inputs: Sequence = (), *, quantization: str = "none", threads: int = 1,
-            target=None, prefix: str = "cuvil_model", jit: bool = False,
-            profile: bool = False, calibration=None, quantization_options: dict | None = None,
-            dynamic_shapes: Sequence | None = None, dim_bounds: dict | None = None,
-            specialize: Sequence[dict] = (), qat_mode: bool = False, precision: str = "f32") -> "CompiledModel":
+def compile(module, example_inputs: Sequence = (), *, quantization: str | Quantization = "none",
+            threads: int = 1, target: Target | str | None = None, prefix: str = "cuvil_model",
+            jit: bool = False, profile: bool = False, dynamic_shapes: Sequence | None = None,
+            dim_bounds: dict | None = None, specialize: Sequence[dict] = ()) -> "CompiledModel":
     """Capture (if needed), optimise, generate native code, link it and load it.
 
     The object is linked with the C runtime into a shared library exactly as
@@ -104,15 +105,23 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
     (`<prefix>_create` / `_run` / `_set_threads`). With `jit=True` the same LLVM IR is
     JIT-compiled in-process instead (for tests; runs serially). With `profile=True`
     every kernel call is timed (cycle counter); `CompiledModel.profile()` reports it.
+    `target`: a backend.llvm.target.Target or a target name (`resolve_target`; default:
+    this machine).
 
-    `quantization="int8_sym"` needs `calibration`: an iterable of input tuples (NumPy
-    arrays, shaped like example_inputs) that the interpreter runs to find activation
-    ranges (with "int4_block", optional: matmul codes are then fitted GPTQ-style to the
-    calibrated inputs). `quantization_options` sets the quantize-weights pass's other fields
-    (activation="u8"|"i8", ranges="minmax"|"percentile", percentile, keep_f32).
-    `precision="bf16"` (quantization "none") runs convolutions and matrix products with
-    constant weights in bfloat16 with f32 accumulation (AVX-512-BF16 where the target
-    has it), weights stored as bf16.
+    `quantization` is a method name (none, fp16, int4_block, int8_sym) or a
+    `cuvil.options.Quantization` with its other settings:
+
+        Quantization("int8_sym", calibration=[(x0,), (x1,)], keep_f32=2)
+        Quantization(precision="bf16")
+        Quantization("int8_sym", qat=True)
+
+    "int8_sym" needs `calibration`: input tuples (NumPy arrays, shaped like
+    example_inputs) that the interpreter runs to find activation ranges (with
+    "int4_block", optional: matmul codes are then fitted GPTQ-style to the calibrated
+    inputs); `activation` ("u8" | "i8"), `ranges` ("minmax" | "percentile"),
+    `percentile` and `keep_f32` tune it. `precision="bf16"` (method none) runs
+    convolutions and matrix products with constant weights in bfloat16 with f32
+    accumulation (AVX-512-BF16 where the target has it), weights stored as bf16.
 
     Symbolic dims (PyTorch models; ONNX models need only `dim_bounds` for their
     dim_params): `dynamic_shapes` names the dims per input
@@ -124,36 +133,24 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str = "none"
 
     A pre-quantized model (PT2E: `prepare_pt2e`, calibrate or train, `convert_pt2e`) keeps
     its own int8 weights and activation scales whatever `quantization` says; with
-    `qat_mode=True` (quantization "none" or "int8_sym", no calibration) a model without
+    `Quantization(qat=True)` (method none or int8_sym, no calibration) a model without
     such nodes is an error."""
     from .backend.llvm.codegen import generate
-    from .backend.llvm.kernels import memory_plan_options
-    from .backend.llvm.target import compile_to_object, host_target
+    from .backend.llvm.target import compile_to_object, host_target, resolve_target
     from .backend.llvm.weights import weights_object
     from .build import make_manifest, signature_ir
     from .native import link_artifact
-    from .passes.pipeline import default_pipeline, run_pipeline
+    from .passes.pipeline import optimise
 
-    if quantization not in QUANTIZATION_MODES:
-        raise CuvilError(f"quantization {quantization!r} is not supported (supported: {', '.join(QUANTIZATION_MODES)})")
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-        raise CuvilError(f"threads must be a positive integer, got {threads!r}")
-    if qat_mode:
-        if quantization not in ("none", "int8_sym") or calibration is not None or quantization_options:
-            raise CuvilError("qat_mode=True takes the scales from the model's quantize/dequantize nodes: use "
-                             "quantization 'none' or 'int8_sym', no calibration and no quantization_options")
-        quantization = "none"
-    qopts = {"method": quantization, "precision": precision, **(quantization_options or {})}
-    if quantization == "int8_sym" and calibration is None:
-        raise CuvilError("quantization='int8_sym' needs calibration=[input tuples] for the activation ranges")
-    if calibration is not None:
-        qopts["calibration"] = tuple(tuple(np.asarray(a) for a in (c if isinstance(c, (tuple, list)) else (c,)))
-                                     for c in calibration)
+    q = Quantization.of(quantization)
+    if q.needs_calibration and not q.has_calibration:
+        raise CuvilError("quantization 'int8_sym' needs calibration for the activation ranges: "
+                         "quantization=Quantization('int8_sym', calibration=[input tuples])")
+    opts = CompileOptions(name=prefix, quantization=q, threads=threads, specialize=tuple(specialize))
     ir_module = _to_ir(module, example_inputs, dynamic_shapes, dim_bounds)
-    target = target or host_target()
-    run_pipeline(ir_module, default_pipeline(memory_plan=memory_plan_options(target.vector_bits),
-                                             quantize_weights=qopts, fold_fake_quant={"required": qat_mode}))
-    gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=specialize, target=target)
+    target = resolve_target(target) if isinstance(target, str) else target or host_target()
+    optimise(ir_module, opts, target)
+    gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=opts.specialize, target=target)
     if jit:
         from .backend.llvm.jit import JitEngine
         engine = JitEngine(gen, target)

@@ -23,14 +23,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from .backend.llvm.target import Target
 from .config import Config, ConfigError
 from .errors import CuvilError
 from .fsutil import atomic_write  # noqa: F401  (re-exported: cli and tests use build.atomic_write)
 from .native import check_image_support, link_artifact, runtime_hash, toolchain_for
-from .quant_config import calibration_inputs, quantization_options
+from .options import CALIBRATED, CalibrationFiles, CompileOptions, TargetSpec
+from .quant_config import calibration_inputs, quantization_from_config
 from .runtime import abi
 
 CACHE_FORMAT = "1"
@@ -335,8 +338,8 @@ def cached_capture(cfg: Config, cache: Cache) -> Path:
 
 
 # -- compile ------------------------------------------------------------------------------------
-def compile_options(cfg: Config) -> dict:
-    """Everything from the config that the compile stage's output depends on (plain data)."""
+def compile_options(cfg: Config) -> CompileOptions:
+    """Everything from the config that the compile stage's output depends on."""
     d = cfg.data
     pre = {s["name"]: dict(s["preprocess"]) for s in d.get("inputs", []) if s.get("preprocess")}
     post = {}
@@ -363,23 +366,21 @@ def compile_options(cfg: Config) -> dict:
         p = s.get("preprocess") or {}
         if p.get("kind") == "image" and s["name"] not in pre:
             cal_pre[s["name"]] = dict(p)
-    return {
-        "name": cfg.name,
-        "output_names": [o["name"] for o in d.get("outputs", [])],
-        "preprocess": pre,
-        **({"calibration_preprocess": cal_pre} if cal_pre != pre else {}),
-        "postprocess": post,
-        "plugins": {"postprocess": post_plugin,
-                    "custom_ops": sorted({c["symbol"] for c in plugin.get("custom_ops", [])})},
-        "target": {"arch": cfg.target, "cpu": target.get("cpu", ""),
-                   "features": target.get("features", "")},
-        "quantization": quantization_options(cfg)[0],
-        "quantization_options": quantization_options(cfg)[1],
-        "precision": d.get("precision", "f32"),
-        "threads": (d.get("optimize") or {}).get("threads", 1),
-        "fuse": (d.get("optimize") or {}).get("fuse", True),
-        "specialize": d.get("specialize") or [],
-    }
+    optimize = d.get("optimize") or {}
+    return CompileOptions(
+        name=cfg.name,
+        output_names=tuple(o["name"] for o in d.get("outputs", [])),
+        preprocess=pre,
+        calibration_preprocess=cal_pre if cal_pre != pre else None,
+        postprocess=post,
+        postprocess_plugin=post_plugin,
+        custom_ops=tuple(sorted({c["symbol"] for c in plugin.get("custom_ops", [])})),
+        target=TargetSpec(cfg.target, target.get("cpu", ""), target.get("features", "")),
+        quantization=quantization_from_config(cfg),
+        threads=optimize.get("threads", 1),
+        fuse=optimize.get("fuse", True),
+        specialize=tuple(d.get("specialize") or ()),
+    )
 
 
 def _option_strings(options: dict | None) -> dict:
@@ -390,100 +391,39 @@ def _option_strings(options: dict | None) -> dict:
     return out
 
 
-# Config/CLI target names -> LLVM triples.
-TRIPLES = {
-    "x86_64-linux-gnu": "x86_64-unknown-linux-gnu",
-    "aarch64-linux-gnu": "aarch64-unknown-linux-gnu",
-    "wasm32-wasi": "wasm32-unknown-wasi",
-}
-
-# Features that kernels need spelled out (vector width) for x86_64 CPU names given
-# without `target.features`; LLVM itself knows each CPU's full feature set.
-_AVX2 = "+avx,+avx2,+fma,+f16c,+bmi,+bmi2"
-_AVX512 = _AVX2 + ",+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512cd,-prefer-256-bit"
-X86_CPU_FEATURES = {
-    "x86-64": "+sse2", "x86-64-v2": "+sse4.2,+popcnt", "x86-64-v3": _AVX2, "x86-64-v4": _AVX512,
-    "haswell": _AVX2, "skylake": _AVX2, "znver2": _AVX2, "znver3": _AVX2, "alderlake": _AVX2,
-    "skylake-avx512": _AVX512, "cascadelake": _AVX512, "icelake-server": _AVX512,
-    "sapphirerapids": _AVX512, "znver4": _AVX512,
-}
-
-
-def resolve_target(opts: dict):
-    """The LLVM target for the options: 'host' is this machine (its CPU features) unless
-    cpu/features are given; a named arch uses that arch's baseline unless cpu/features
-    are given. An x86_64 CPU name without features takes the features that
-    `X86_CPU_FEATURES` lists for it (kernels pick their vector width from them)."""
-    from .backend.llvm.target import Target, host_target
-    t = opts["target"]
-    arch = t["arch"]
-    cpu, features = t.get("cpu", ""), t.get("features", "")
-    if arch == "host" and not (cpu or features):
-        host = host_target()
-        if not host.triple.startswith("x86_64"):
-            raise CuvilError(f"the host {host.triple} is not a supported target")
-        return Target("x86_64-unknown-linux-gnu", host.cpu, host.features)
-    arch = "x86_64-linux-gnu" if arch == "host" else arch
-    if arch not in TRIPLES:
-        raise CuvilError(f"target {arch!r} is not supported (supported: host, {', '.join(TRIPLES)})")
-    if arch == "x86_64-linux-gnu" and cpu and not features:
-        if cpu not in X86_CPU_FEATURES:
-            raise CuvilError(f"target.cpu {cpu!r}: give target.features too (e.g. +avx2,+fma); CPUs known without "
-                             f"features: {', '.join(sorted(X86_CPU_FEATURES))}")
-        features = X86_CPU_FEATURES[cpu]
-    if arch == "wasm32-wasi" and Target.from_triple(TRIPLES[arch], cpu, features).has_feature("atomics"):
-        raise CuvilError("wasm32-wasi is single-threaded in Cuvil: remove +atomics from target.features")
-    return Target.from_triple(TRIPLES[arch], cpu, features)
-
-
-def optimised_module(cvir: Path, opts: dict, report: bool = False, vector_bits: int | None = None):
-    """The compile stage up to code generation: the bundle read and named per opts, then
-    the pass pipeline with opts' quantization. Returns (module, fp32 weight bytes).
-    `report` has int8_sym record every candidate layer (`cuvil quant-report`);
-    `vector_bits`: the target's, for the memory plan's in-place convs (none without)."""
-    from .backend.llvm.kernels import memory_plan_options
+def optimised_module(cvir: Path, opts: CompileOptions, target: Target | None = None, report: bool = False):
+    """The compile stage up to code generation: the bundle read and named per opts, its
+    calibration files loaded, then the pass pipeline (passes.pipeline.optimise) for
+    `target` (a backend.llvm.target.Target, or None where none is known). Returns
+    (module, fp32 weight bytes). `report` has int8_sym record every candidate layer
+    (`cuvil quant-report`)."""
     from .ir import read_bundle
-    from .passes.pipeline import default_pipeline, run_pipeline
+    from .passes.pipeline import optimise
     from .passes.quantize_weights import weight_bytes
 
-    q = opts["quantization"]
-    if q not in ("none", "fp16", "int8_sym", "int4_block"):
-        raise CuvilError(f"unknown quantization method {q!r} (known: none, fp16, int8_sym, int4_block)")
-    if q not in IMPLEMENTED_QUANTIZATION:
-        raise CuvilError(f"quantization method {q!r} is not implemented yet "
-                         f"(implemented: {', '.join(IMPLEMENTED_QUANTIZATION)})")
+    q = opts.quantization
     module = read_bundle(cvir)
     weights_before = weight_bytes(module)
     fn = module.main
-    names = opts.get("output_names") or []
-    if names:
-        if len(names) != len(fn.output_names):
-            raise CuvilError(f"the model has {len(fn.output_names)} outputs, the config names {len(names)}")
-        fn.output_names = list(names)
-    for name in list(opts["preprocess"]) + list(opts["postprocess"]):
+    if opts.output_names:
+        if len(opts.output_names) != len(fn.output_names):
+            raise CuvilError(f"the model has {len(fn.output_names)} outputs, the config names {len(opts.output_names)}")
+        fn.output_names = list(opts.output_names)
+    for name in list(opts.preprocess) + list(opts.postprocess):
         if name not in fn.input_names + fn.output_names:
             raise CuvilError(f"pre/post-processing names {name!r}, which is not an input or output of the model")
-    qopts = {k: v for k, v in (opts.get("quantization_options") or {}).items() if k != "calibration"}
-    qat = bool(qopts.pop("qat_mode", False))
-    if q == "int8_sym" and not qat:
-        if not (opts.get("quantization_options") or {}).get("calibration"):
-            raise CuvilError("quantization method 'int8_sym' needs calibration inputs: add "
-                             "quantization.calibration (files or a generator) to the config")
-    if q in ("int8_sym", "int4_block") and (opts.get("quantization_options") or {}).get("calibration"):
-        qopts["calibration"] = tuple(calibration_inputs(opts["quantization_options"], fn,
-                                                        opts.get("calibration_preprocess", opts["preprocess"])))
-    if report and q == "int8_sym" and not qat:
-        qopts["report"] = True
-    passes = default_pipeline(memory_plan=memory_plan_options(vector_bits),
-                              quantize_weights={"method": "none" if qat else q, **({} if qat else qopts),
-                                                "precision": opts.get("precision", "f32")},
-                              fold_fake_quant={"required": qat, "activation": qopts.get("activation", "") if qat else ""},
-                              **({} if opts.get("fuse", True) else {"fuse_epilogues": False}))
-    run_pipeline(module, passes)
+    if q.needs_calibration and not q.has_calibration:
+        raise CuvilError(f"quantization method {q.method!r} needs calibration inputs: add "
+                         "quantization.calibration (files or a generator) to the config")
+    calibration = q.calibration
+    if isinstance(calibration, CalibrationFiles):  # a config's: loaded where the method reads them
+        pre = opts.preprocess if opts.calibration_preprocess is None else opts.calibration_preprocess
+        calibration = tuple(calibration_inputs(calibration, fn, pre)) if q.method in CALIBRATED else ()
+    optimise(module, opts.replace(quantization=replace(q, calibration=calibration)), target, report=report)
     return module, weights_before
 
 
-def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
+def compile_bundle(cvir: Path, opts: CompileOptions, out_dir: Path) -> dict:
     """The compile stage: .cvir + options -> <name>.o, <name>.weights.o, <name>.h,
     <name>.json in out_dir. Imports no framework. Returns the manifest."""
     from .backend.header import render_header
@@ -492,26 +432,24 @@ def compile_bundle(cvir: Path, opts: dict, out_dir: Path) -> dict:
     from .backend.llvm.weights import weights_object
     from .passes.quantize_weights import weight_bytes
 
-    q = opts["quantization"]
-    target = resolve_target(opts)
-    module, weights_before = optimised_module(cvir, opts, vector_bits=target.vector_bits)
-    name = opts["name"]
-    gen = generate(module, name, target.vector_bits, specialize=opts.get("specialize") or (), target=target)
-    plugins = opts.get("plugins") or {"postprocess": None, "custom_ops": []}
+    target = opts.target.resolve()
+    module, weights_before = optimised_module(cvir, opts, target)
+    name = opts.name
+    gen = generate(module, name, target.vector_bits, specialize=opts.specialize, target=target)
     used = sorted({op.attrs["symbol"] for op in module.main.body.ops if op.name == "cuvil.custom"})
-    if used and not plugins["custom_ops"]:
+    if used and not opts.custom_ops:
         raise CuvilError(f"the model calls the custom op(s) {', '.join(used)}: list the plugin module(s) that "
                          "define them in plugin.modules and map the ops in plugin.custom_ops")
-    manifest = make_manifest(gen, target, opts["threads"], opts["preprocess"], opts["postprocess"])
-    manifest["quantization"] = {"method": q, "weight_bytes_fp32": weights_before, "weight_bytes": weight_bytes(module),
+    manifest = make_manifest(gen, target, opts.threads, opts.preprocess, opts.postprocess)
+    manifest["quantization"] = {"method": opts.quantization.method, "weight_bytes_fp32": weights_before,
+                                "weight_bytes": weight_bytes(module),
                                 **_int8_report(module.main.attrs.get("quantization"))}
-    manifest["precision"] = {"compute": opts.get("precision", "f32"),
+    manifest["precision"] = {"compute": opts.quantization.precision,
                              **(module.main.attrs.get("precision") or {})}
     if manifest["precision"]["compute"] == "bf16":
-        from .backend.llvm.qgemm8 import bf16_isa
         # "dpbf16ps": AVX-512-BF16 instructions; "bf16": the same arithmetic in the f32 kernels
-        manifest["precision"]["kernel"] = bf16_isa(target, max(target.vector_bits // 32, 1)).dot
-    manifest["plugins"] = {"postprocess": plugins["postprocess"], "custom_ops": used}
+        manifest["precision"]["kernel"] = target.bf16_dot.dot
+    manifest["plugins"] = {"postprocess": opts.postprocess_plugin, "custom_ops": used}
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(out_dir / f"{name}.o", compile_to_object(gen.llvm_ir + signature_ir(name, target.triple), target))
     atomic_write(out_dir / f"{name}.weights.o", weights_object(f"{name}_weights", gen.weights, target))
@@ -558,11 +496,8 @@ def signature_ir(prefix: str, triple: str) -> str:
     return f'\n@{prefix}_signature = hidden constant [{len(text)} x i8] c"{body}", align 1\n'
 
 
-IMPLEMENTED_QUANTIZATION = ("none", "fp16", "int4_block", "int8_sym")
-
-
-def cached_compile(cvir: Path, opts: dict, cache: Cache) -> Path:
-    key = _hash("compile", CACHE_FORMAT, sha256_file(cvir), opts, compiler_hash())
+def cached_compile(cvir: Path, opts: CompileOptions, cache: Cache) -> Path:
+    key = _hash("compile", CACHE_FORMAT, sha256_file(cvir), opts.to_json(), compiler_hash())
     entry, _ = cache.get_or_make("compile", key, lambda tmp: compile_bundle(cvir, opts, tmp))
     return entry
 
@@ -581,7 +516,7 @@ def _manifest_of(compiled: Path) -> dict:
 
 def artifact_name(manifest: dict, kind: str) -> str:
     name = KIND_FILES[kind].format(name=manifest["prefix"])
-    if kind == "executable" and manifest["target"]["triple"].startswith("wasm32"):
+    if kind == "executable" and Target(manifest["target"]["triple"]).is_wasm:
         name += ".wasm"
     return name
 
@@ -642,7 +577,7 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
     kind = kind or (cfg.data.get("build") or {}).get("artifact", "executable")
     cache = Cache(cache_dir or cfg.base / ".cuvil-cache", log)
     opts = compile_options(cfg)
-    target = resolve_target(opts)  # fail before any work on an impossible target
+    target = opts.target.resolve()  # fail before any work on an impossible target
     tool = toolchain_for(target, cc)
     tool.check_kind(_NATIVE_KIND[kind])
     tool.check_installed()
@@ -679,6 +614,6 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
     output = Path(output)
     atomic_copy(artifact, output)
     if kind != "executable":
-        atomic_copy(artifact.parent / f"{opts['name']}.h", output.parent / f"{opts['name']}.h")
+        atomic_copy(artifact.parent / f"{opts.name}.h", output.parent / f"{opts.name}.h")
     log(f"[build] {output}")
     return output

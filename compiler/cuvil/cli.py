@@ -5,7 +5,7 @@
     cuvil capture --config config.yaml --output model.cvir
     cuvil compile model.cvir --config config.yaml --output-dir DIR [--target T] [--calibration F ...]
     cuvil link DIR --kind executable --output OUT [--plugin FILE ...]
-    cuvil inspect model.cvir | DIR | manifest.json | ARTIFACT   IR and memory plan, or ABI signatures
+    cuvil inspect model.cvir [--target T] | DIR | manifest.json | ARTIFACT   IR and memory plan, or ABI signatures
     cuvil quant-report --config config.yaml [--quantization M] [--inputs N] [--json FILE]
     cuvil run ARTIFACT [ARGS...]                     run an executable (qemu for aarch64, node for wasm)
 """
@@ -17,7 +17,9 @@ import os
 import sys
 from pathlib import Path
 
+from .backend.llvm.target import TARGET_NAMES
 from .errors import CuvilError
+from .options import PRECISIONS, QUANTIZATION_METHODS
 
 TEMPLATES = ("pytorch-resnet50", "pytorch-mobilenetv2", "pytorch-bert", "pytorch-mlp")
 _PKG = Path(__file__).resolve().parent
@@ -62,23 +64,20 @@ def _cmd_capture(args) -> int:
 
 
 def _cmd_compile(args) -> int:
-    from .build import TRIPLES, compile_bundle, compile_options
+    from dataclasses import replace
+
+    from .build import compile_bundle, compile_options
     from .config import load_config
-    if args.target and args.target not in TRIPLES and args.target != "host":
-        raise CuvilError(f"target {args.target!r} is not supported (supported: host, {', '.join(TRIPLES)})")
+    def given(**options) -> dict:
+        return {k: v for k, v in options.items() if v is not None}
     cfg = load_config(args.config, target=args.target)
     opts = compile_options(cfg)
-    if args.cpu is not None:
-        opts["target"]["cpu"] = args.cpu
-    if args.features is not None:
-        opts["target"]["features"] = args.features
-    if args.quantization:
-        opts["quantization"] = args.quantization
-    if args.precision:
-        opts["precision"] = args.precision
+    target = replace(opts.target, **given(cpu=args.cpu, features=args.features))
+    q = replace(opts.quantization, **given(method=args.quantization, precision=args.precision))
     if args.calibration:
         from .quant_config import with_calibration_files
-        opts = with_calibration_files(opts, args.calibration)
+        q = with_calibration_files(q, args.calibration)
+    opts = opts.replace(target=target, quantization=q)
     manifest = compile_bundle(Path(args.bundle), opts, Path(args.output_dir))
     print(f"wrote {manifest['prefix']}.o, .weights.o, .h, .json to {args.output_dir}")
     return 0
@@ -150,16 +149,18 @@ def _cmd_run(args) -> int:
 def _cmd_inspect(args) -> int:
     if not args.bundle.endswith(".cvir"):
         return _print_signatures(Path(args.bundle))
-    from .backend.llvm.kernels import memory_plan_options
+    from .backend.llvm.target import resolve_target
     from .ir import print_module, read_bundle
-    from .passes.pipeline import default_pipeline, run_pipeline
+    from .options import CompileOptions
+    from .passes.pipeline import optimise
 
     module = read_bundle(args.bundle)
     weights = module.weights()
     params = sum(int(w.size) for w in weights.values())
     wbytes = sum(int(w.nbytes) for w in weights.values())
     if not args.raw:
-        run_pipeline(module, default_pipeline(memory_plan=memory_plan_options()))
+        target = resolve_target(args.target, args.cpu or "", args.features or "") if args.target else None
+        optimise(module, CompileOptions(), target)
     if not args.summary:
         sys.stdout.write(print_module(module))
     fn = module.main
@@ -178,6 +179,12 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
+def _target_arguments(s, what: str) -> None:
+    s.add_argument("--target", choices=TARGET_NAMES, help=what)
+    s.add_argument("--cpu", help="LLVM CPU name for the target (default: the arch's baseline)")
+    s.add_argument("--features", help="LLVM feature string, e.g. +avx2,+fma")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cuvil", description="Ahead-of-time compiler for AI models.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -193,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, help="the artifact to write")
     s.add_argument("--kind", choices=["executable", "shared", "static"], help="overrides build.artifact")
     s.add_argument("--cache-dir", help="default: .cuvil-cache next to the config")
-    s.add_argument("--target", choices=["host", "x86_64-linux-gnu", "aarch64-linux-gnu", "wasm32-wasi"],
+    s.add_argument("--target", choices=TARGET_NAMES,
                    help="overrides target.arch (and selects the matching `overrides` entries)")
     s.set_defaults(func=_cmd_build)
 
@@ -206,11 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("bundle", help="a .cvir bundle")
     s.add_argument("--config", required=True)
     s.add_argument("--output-dir", required=True)
-    s.add_argument("--target", help="overrides target.arch: host, x86_64-linux-gnu, aarch64-linux-gnu, wasm32-wasi")
-    s.add_argument("--cpu", help="LLVM CPU name for the target (default: the arch's baseline)")
-    s.add_argument("--features", help="LLVM feature string, e.g. +avx2,+fma")
-    s.add_argument("--quantization", help="overrides quantization.method")
-    s.add_argument("--precision", choices=["f32", "bf16"], help="overrides precision")
+    _target_arguments(s, "overrides target.arch")
+    s.add_argument("--quantization", choices=QUANTIZATION_METHODS, help="overrides quantization.method")
+    s.add_argument("--precision", choices=PRECISIONS, help="overrides precision")
     s.add_argument("--calibration", action="append", metavar="FILE",
                    help="a calibration input (.npy, .npz or image; repeat for each) instead of "
                         "quantization.calibration.files")
@@ -227,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("quant-report", help="per-layer quantization scales and errors against fp32 on the "
                                             "calibration inputs (interpreted, no native build)")
     s.add_argument("--config", required=True)
-    s.add_argument("--quantization", choices=["fp16", "int8_sym", "int4_block"], help="overrides quantization.method")
+    s.add_argument("--quantization", choices=[m for m in QUANTIZATION_METHODS if m != "none"],
+                   help="overrides quantization.method")
     s.add_argument("--inputs", type=int, help="compare outputs on at most this many calibration inputs")
     s.add_argument("--json", help="also write the report as JSON to this file")
     s.add_argument("--cache-dir", help="default: .cuvil-cache next to the config")
@@ -243,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("bundle", help="a .cvir bundle, a compile output directory, a manifest (.json) or a binary")
     s.add_argument("--raw", action="store_true", help="print the IR as captured, before the passes")
     s.add_argument("--summary", action="store_true", help="print only the summary lines")
+    _target_arguments(s, "plan for this target (default: none, the memory plan makes no target-dependent choice)")
     s.set_defaults(func=_cmd_inspect)
     return p
 

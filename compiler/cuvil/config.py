@@ -21,12 +21,12 @@ from typing import Any
 
 import yaml
 
+from .backend.llvm.target import HOST_TARGET, TARGET_NAMES
 from .errors import CuvilError
+from .options import PRECISIONS, QUANTIZATION_METHODS, RANGES
 
 DTYPES = ["f32", "f16", "f64", "i64", "i32", "i8", "u8", "bool"]
-TARGETS = ["host", "x86_64-linux-gnu", "aarch64-linux-gnu", "wasm32-wasi"]
-HOST_TARGET = "x86_64-linux-gnu"  # what `host` means (the only host Cuvil supports)
-QUANT_METHODS = ["none", "fp16", "int4_block", "int8_sym"]  # quant_config.py reads the section
+TARGETS = list(TARGET_NAMES)
 ARTIFACTS = ["executable", "shared", "static"]
 
 _C_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -117,7 +117,7 @@ SCHEMA = {
         "quantization": {
             "type": "object", "additionalProperties": False,
             "properties": {
-                "method": {"enum": QUANT_METHODS},
+                "method": {"enum": list(QUANTIZATION_METHODS)},
                 "weight": {"type": "object", "additionalProperties": False, "required": ["dtype"],
                            "properties": {"dtype": {"enum": ["f16", "int8", "int4"]},
                                           "scheme": {"enum": ["symmetric", "asymmetric"]},
@@ -131,13 +131,13 @@ SCHEMA = {
                 "calibration": {"type": "object", "additionalProperties": False,
                                 "properties": {"files": {"type": "array", "items": {"type": "string"}},
                                                "generator": {"type": "string", "pattern": r"^[\w.]+:\w+$"},
-                                               "ranges": {"enum": ["minmax", "percentile"]},
+                                               "ranges": {"enum": list(RANGES)},
                                                "percentile": {"type": "number", "exclusiveMinimum": 50,
                                                               "maximum": 100}}},
             },
         },
         # bf16: conv2d / matmul in bfloat16 with f32 accumulation (AVX-512-BF16 where the target has it)
-        "precision": {"enum": ["f32", "bf16"]},
+        "precision": {"enum": list(PRECISIONS)},
         "plugin": {
             "type": "object", "additionalProperties": False,
             "properties": {
@@ -461,13 +461,9 @@ def _check_dims(cfg: Config) -> None:
 
 
 def _check_files(cfg: Config) -> None:
-    from .quant_config import quantization_options
+    from .quant_config import quantization_from_config
     _check_plugins(cfg)
-    quantization_options(cfg)  # method / weight / activation agree; calibration files exist
-    method = quantization_options(cfg)[0]
-    if cfg.data.get("precision", "f32") == "bf16" and method != "none":
-        raise cfg.error(["precision"], f"precision bf16 computes in bfloat16 with its own bf16 weights; it does "
-                        f"not combine with quantization method {method!r} (use one or the other)")
+    quantization_from_config(cfg)  # method / weight / activation / precision agree; calibration files exist
     m = cfg.data["model"]
     _check_model_source(cfg, m)
     if "source" in m and not cfg.resolve(m["source"]).is_file():

@@ -1,5 +1,5 @@
-"""The config's `quantization` section -> the quantize-weights pass's options, and the
-calibration inputs it names.
+"""The config's `quantization` (and `precision`) sections -> an options.Quantization, and
+the calibration inputs it names.
 
     quantization:
       method: int8_sym              # or say it with weight/activation:
@@ -13,7 +13,7 @@ calibration inputs it names.
         ranges: minmax                       # or percentile (with percentile: 99.99)
 
 Files are resolved against the config and hashed into the compile options (the
-compile stage's cache key); images go through the input's `preprocess` (resize, crop,
+compile stage's cache key: options.CalibrationFiles); images go through the input's `preprocess` (resize, crop,
 scale, mean, std, layout, color) in Python with Pillow.
 """
 from __future__ import annotations
@@ -21,13 +21,17 @@ from __future__ import annotations
 import glob
 import hashlib
 import importlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from .errors import CuvilError
+from .options import CalibrationFiles, Quantization
 
+# The config's weight.dtype / activation.dtype -> the method / activation codes they name.
 WEIGHT_DTYPES = {"f16": "fp16", "int8": "int8_sym", "int4": "int4_block"}
+ACTIVATION_DTYPES = {"uint8": "u8", "int8": "i8"}
 _GRANULARITY = {"fp16": (None,), "int8_sym": ("per_channel",), "int4_block": ("per_block",)}
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -36,9 +40,11 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def quantization_options(cfg) -> tuple[str, dict]:
-    """(method, options) from cfg's quantization section; errors name the key and line."""
+def quantization_from_config(cfg) -> Quantization:
+    """The Quantization of cfg's quantization and precision sections; errors name the key
+    and line."""
     q = cfg.data.get("quantization") or {}
+    precision = cfg.data.get("precision", "f32")
     method = q.get("method")
     weight, act = q.get("weight") or {}, q.get("activation") or {}
     if weight:
@@ -54,7 +60,11 @@ def quantization_options(cfg) -> tuple[str, dict]:
         if weight.get("scheme") == "asymmetric":
             raise cfg.error(["quantization", "weight", "scheme"], "weights are quantized symmetrically")
     method = method or "none"
-    opts: dict = {}
+    narrowed = "int8_sym" if q.get("qat_mode") else method
+    if precision == "bf16" and narrowed != "none":
+        raise cfg.error(["precision"], f"precision bf16 computes in bfloat16 with its own bf16 weights; it does "
+                        f"not combine with quantization method {narrowed!r} (use one or the other)")
+    opts: dict = {"precision": precision}
     if q.get("qat_mode"):
         if method not in ("none", "int8_sym"):
             raise cfg.error(["quantization", "qat_mode"], f"qat_mode takes the int8 scales from the model's "
@@ -64,13 +74,13 @@ def quantization_options(cfg) -> tuple[str, dict]:
                 raise cfg.error(["quantization", key], f"qat_mode: the scales come from the model's own "
                                 f"quantize/dequantize nodes; remove quantization.{key}")
         # the mapping's activation dtype is checked against the graph's own nodes
-        expect = {"uint8": "u8", "int8": "i8"}[act["dtype"]] if act.get("dtype") else ""
-        return "int8_sym", {"qat_mode": True, **({"activation": expect} if expect else {})}
+        expect = ACTIVATION_DTYPES[act["dtype"]] if act.get("dtype") else ""
+        return Quantization("int8_sym", qat=True, activation=expect, **opts)
     if act:
         if method != "int8_sym":
             raise cfg.error(["quantization", "activation"], f"{method} quantizes weights only; activations "
                             "are quantized by int8 weights (weight.dtype: int8)")
-        dtype = {"uint8": "u8", "int8": "i8"}[act.get("dtype", "uint8")]
+        dtype = ACTIVATION_DTYPES[act.get("dtype", "uint8")]
         scheme = act.get("scheme", "asymmetric" if dtype == "u8" else "symmetric")
         if (dtype, scheme) not in (("u8", "asymmetric"), ("i8", "symmetric")):
             raise cfg.error(["quantization", "activation", "scheme"], "activations are uint8 asymmetric or "
@@ -95,12 +105,15 @@ def quantization_options(cfg) -> tuple[str, dict]:
                 files.extend(calibration_files(matches))
             except CuvilError as e:
                 raise cfg.error(["quantization", "calibration", "files", i], str(e)) from None
-        opts["calibration"] = {"files": files, "generator": cal.get("generator")}
-    return method, opts
+        opts["calibration"] = CalibrationFiles(tuple(files), cal.get("generator"))
+    try:
+        return Quantization(method, **opts)
+    except CuvilError as e:
+        raise cfg.error(["quantization"], str(e)) from None
 
 
-def calibration_files(paths) -> list[dict]:
-    """{path, sha256} of each calibration file (the compile options hold their hashes)."""
+def calibration_files(paths) -> list[tuple[str, str]]:
+    """(path, sha256) of each calibration file (the compile options hold their hashes)."""
     out = []
     for m in paths:
         p = Path(m)
@@ -108,20 +121,17 @@ def calibration_files(paths) -> list[dict]:
             raise CuvilError(f"{p.name}: calibration files are .npy, .npz or images (.jpg, .png)")
         if not p.is_file():
             raise CuvilError(f"calibration file {p}: no such file")
-        out.append({"path": str(p), "sha256": _sha(p)})
+        out.append((str(p), _sha(p)))
     return out
 
 
-def with_calibration_files(opts: dict, paths) -> dict:
-    """opts' quantization options with these calibration files instead of the config's
-    (`cuvil compile --calibration`, as the Bazel rule passes its declared files)."""
-    q = dict(opts.get("quantization_options") or {})
-    if q.get("qat_mode"):
+def with_calibration_files(q: Quantization, paths) -> Quantization:
+    """q with these calibration files instead of the config's (`cuvil compile
+    --calibration`, as the Bazel rule passes its declared files)."""
+    if q.qat:
         raise CuvilError("qat_mode: the scales come from the model's own quantize/dequantize nodes; "
                          "--calibration does not apply")
-    q["calibration"] = {"files": calibration_files(paths), "generator": None}
-    q.setdefault("ranges", "minmax")
-    return {**opts, "quantization_options": q}
+    return replace(q, calibration=CalibrationFiles(tuple(calibration_files(paths))))
 
 
 def _image(path: Path, pre: dict, shape) -> np.ndarray:
@@ -146,13 +156,12 @@ def _image(path: Path, pre: dict, shape) -> np.ndarray:
     return np.ascontiguousarray(x, np.float32)
 
 
-def calibration_inputs(opts: dict, fn, preprocess: dict) -> list[tuple]:
-    """The input tuples named by opts["calibration"] for the function fn."""
-    cal = opts.get("calibration") or {}
+def calibration_inputs(cal: CalibrationFiles, fn, preprocess: dict) -> list[tuple]:
+    """The input tuples the calibration files and generator name, for the function fn."""
     shapes = [a.type.shape for a in fn.args]
     out, images = [], []
-    for f in cal.get("files", []):
-        p = Path(f["path"])
+    for path, _ in cal.files:
+        p = Path(path)
         if p.suffix == ".npz":
             with np.load(p, allow_pickle=False) as z:
                 missing = [n for n in fn.input_names if n not in z]
@@ -174,11 +183,11 @@ def calibration_inputs(opts: dict, fn, preprocess: dict) -> list[tuple]:
         if len(images) < n:
             raise CuvilError(f"{len(images)} calibration image(s) do not fill one batch of {n}")
         out.extend((np.stack(images[i:i + n]),) for i in range(0, len(images) - n + 1, n))
-    if cal.get("generator"):
-        mod, _, name = cal["generator"].partition(":")
+    if cal.generator:
+        mod, _, name = cal.generator.partition(":")
         try:
             gen = getattr(importlib.import_module(mod), name)
         except (ImportError, AttributeError) as e:
-            raise CuvilError(f"quantization.calibration.generator {cal['generator']!r}: {e}") from None
+            raise CuvilError(f"quantization.calibration.generator {cal.generator!r}: {e}") from None
         out.extend(tuple(np.asarray(a) for a in (b if isinstance(b, (tuple, list)) else (b,))) for b in gen())
     return out

@@ -58,35 +58,37 @@ def _compare(name: str, ref: list[np.ndarray], got: list[np.ndarray]) -> dict:
 def quant_report(cfg, quantization: str | None = None, max_inputs: int | None = None,
                  cache_dir: Path | None = None, log: Callable[[str], None] = print) -> dict:
     """The report as a dict (see the module docstring); progress goes to `log`."""
+    from dataclasses import replace
+
     from .build import Cache, cached_capture, compile_options, optimised_module
     from .ir.interpreter import run_function
+    from .options import QUANTIZATION_METHODS, CalibrationFiles, Quantization
     from .passes.quantize_weights import weight_bytes
     from .quant_config import calibration_inputs
 
     opts = compile_options(cfg)
-    if quantization:
-        opts["quantization"] = quantization
-    method = opts["quantization"]
+    q = replace(opts.quantization, method=quantization) if quantization else opts.quantization
+    opts = opts.replace(quantization=q)
+    method, qat = q.method, q.qat
     if method == "none":
         raise CuvilError("the config has no quantization (quantization.method is none): give --quantization "
-                         "fp16, int8_sym or int4_block, or set it in the config")
-    qopts = opts.get("quantization_options") or {}
-    qat = bool(qopts.get("qat_mode"))
+                         f"{', '.join(m for m in QUANTIZATION_METHODS if m != 'none')}, or set it in the config")
     cache = Cache(cache_dir or cfg.base / ".cuvil-cache", log)
     cvir = cached_capture(cfg, cache)
-    log(f"[quant-report] compiling {opts['name']} with {method}" + (" (qat_mode)" if qat else ""))
+    log(f"[quant-report] compiling {opts.name} with {method}" + (" (qat_mode)" if qat else ""))
     qmod, fp32_bytes = optimised_module(cvir, opts, report=True)
     fn = qmod.main
     found = fn.attrs.get("quantization") or {}
-    report = {"model": opts["name"], "method": method, "qat_mode": qat,
+    report = {"model": opts.name, "method": method, "qat_mode": qat,
               "weight_bytes_fp32": fp32_bytes, "weight_bytes": weight_bytes(qmod), "layers": [], "outputs": []}
     if method == "int8_sym":
         report["layers"] = _graph_layers(fn) if qat else found.get("layers", [])
         if not qat:
-            report["activation"] = qopts.get("activation", "u8")
-            report["ranges"] = qopts.get("ranges", "minmax")
-    pre = opts.get("calibration_preprocess", opts["preprocess"])
-    inputs = list(calibration_inputs(qopts, fn, pre)) if qopts.get("calibration") else []
+            report["activation"] = q.activation or "u8"
+            report["ranges"] = q.ranges
+    pre = opts.preprocess if opts.calibration_preprocess is None else opts.calibration_preprocess
+    cal = q.calibration if isinstance(q.calibration, CalibrationFiles) else CalibrationFiles()
+    inputs = list(calibration_inputs(cal, fn, pre)) if q.has_calibration else []
     if max_inputs is not None:
         inputs = inputs[:max_inputs]
     report["calibration_inputs"] = len(inputs)
@@ -94,7 +96,7 @@ def quant_report(cfg, quantization: str | None = None, max_inputs: int | None = 
         report["note"] = ("scales come from the model's own quantize/dequantize nodes: there is no fp32 model to "
                           "compare with" if qat else "no calibration inputs in the config: outputs not compared")
         return report
-    fmod, _ = optimised_module(cvir, {**opts, "quantization": "none", "quantization_options": {}})
+    fmod, _ = optimised_module(cvir, opts.replace(quantization=Quantization()))
     refs, gots = [], []
     for i, x in enumerate(inputs):
         log(f"[quant-report] input {i + 1}/{len(inputs)}")

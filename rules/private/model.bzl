@@ -8,7 +8,9 @@ load(":providers.bzl", "CuvilCaptureInfo", "CuvilModelInfo")
 load(":python.bzl", "PYTHON_ATTRS", "python_runner")
 load(":toolchain_types.bzl", "CUVIL_TOOLCHAIN_TYPE", "PYTHON_TOOLCHAIN_TYPE")
 
-QUANTIZATIONS = ["none", "fp16", "int8_sym", "int4_block"]
+# The lists of compiler/cuvil/options.py (QUANTIZATION_METHODS, PRECISIONS), in its order:
+# tests/cli/test_options.py checks that they agree.
+QUANTIZATIONS = ["none", "fp16", "int4_block", "int8_sym"]
 PRECISIONS = ["f32", "bf16"]
 
 # The configuration the capture stage is built in: one for every target platform and

@@ -3,7 +3,8 @@
 load(":providers.bzl", "CuvilToolchainInfo")
 
 _TARGETS = {
-    # Cuvil target name -> the LLVM triple the compiler maps it to.
+    # Cuvil target name -> the LLVM triple the compiler maps it to (TARGET_TRIPLES of
+    # compiler/cuvil/backend/llvm/target.py: tests/cli/test_options.py checks they agree).
     "x86_64-linux-gnu": "x86_64-unknown-linux-gnu",
     "aarch64-linux-gnu": "aarch64-unknown-linux-gnu",
     "wasm32-wasi": "wasm32-unknown-wasi",

@@ -175,7 +175,7 @@ capture_test = analysistest.make(_capture_test_impl)
 # An unknown quantization method is rejected at analysis, naming the allowed values.
 def _bad_quantization_test_impl(ctx):
     env = analysistest.begin(ctx)
-    asserts.expect_failure(env, "quantization 'int3' is not a Cuvil quantization method (methods: none, fp16, int8_sym, int4_block)")
+    asserts.expect_failure(env, "quantization 'int3' is not a Cuvil quantization method (methods: none, fp16, int4_block, int8_sym)")
     return analysistest.end(env)
 
 bad_quantization_test = analysistest.make(_bad_quantization_test_impl, expect_failure = True)

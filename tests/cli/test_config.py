@@ -108,12 +108,14 @@ def test_unknown_template_is_a_clear_error(tmp_path, capsys):
 
 def test_quantization_mapping_and_calibration_files(tmp_path, root):
     import numpy as np
-    from cuvil.quant_config import quantization_options
+    from cuvil.options import CalibrationFiles
+    from cuvil.quant_config import quantization_from_config
     np.save(tmp_path / "a.npy", np.zeros((1, 784), np.float32))
     text = GOOD.replace("outputs:", "quantization:\n  weight: {dtype: int8, scheme: symmetric, granularity: per_channel}\n"
                         "  activation: {dtype: int8, scheme: symmetric}\n  keep_f32: 1\n"
                         "  calibration: {files: ['*.npy'], ranges: percentile, percentile: 99.9}\noutputs:")
-    method, opts = quantization_options(load_config(_write(tmp_path, text, root)))
-    assert method == "int8_sym"
-    assert opts["activation"] == "i8" and opts["keep_f32"] == 1 and opts["ranges"] == "percentile"
-    assert [f["path"] for f in opts["calibration"]["files"]] == [str(tmp_path / "a.npy")]
+    q = quantization_from_config(load_config(_write(tmp_path, text, root)))
+    assert q.method == "int8_sym" and q.precision == "f32" and not q.qat
+    assert q.activation == "i8" and q.keep_f32 == 1 and q.ranges == "percentile" and q.percentile == 99.9
+    assert isinstance(q.calibration, CalibrationFiles) and q.calibration.generator is None
+    assert [path for path, _ in q.calibration.files] == [str(tmp_path / "a.npy")]

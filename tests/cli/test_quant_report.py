@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import cuvil
 from cuvil.cli import main
+from cuvil.options import Quantization
 
 MODEL_PY = '''\
 import torch
@@ -109,7 +110,8 @@ def test_layer_scales_and_errors_match_torch(tmp_path, capsys):
         assert 1e-4 < layer["error"] < 0.1
     assert "weight_name" in r["layers"][0] and f"{r['layers'][1]['act_quant']['scale']:.4g}" in printed
 
-    cm = cuvil.compile(model, (calib[0],), quantization="int8_sym", calibration=[(x.numpy(),) for x in calib], jit=True)
+    q = Quantization("int8_sym", calibration=[(x.numpy(),) for x in calib])
+    cm = cuvil.compile(model, (calib[0],), quantization=q, jit=True)
     got = np.concatenate([cm(x.numpy())[0] for x in calib]).astype(np.float64)
     with torch.no_grad():
         ref = np.concatenate([model(x).numpy() for x in calib]).astype(np.float64)

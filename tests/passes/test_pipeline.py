@@ -120,3 +120,37 @@ def test_output_is_deterministic_and_a_second_run_changes_nothing():
     assert list(wa) == list(wb) and all(np.array_equal(wa[k], wb[k]) for k in wa)
     run_pipeline(a, verify_each=True)
     assert print_module(a) == text
+
+
+def test_compile_passes_follow_the_options_and_the_target():
+    """The one pipeline function (cuvil.compile, build, inspect, quant-report): the
+    quantization reaches its passes, fuse drops fuse-epilogues, a target reaches the
+    passes that depend on one."""
+    from cuvil.backend.llvm.target import resolve_target
+    from cuvil.options import CompileOptions, Quantization
+    from cuvil.passes.pipeline import compile_passes
+
+    def by_name(passes):
+        return {p.name: p for p in passes}
+
+    plain = by_name(compile_passes(CompileOptions(), None))
+    defaults = by_name(default_pipeline())
+    assert list(plain) == list(defaults)
+    assert plain["quantize-weights"] == defaults["quantize-weights"]
+    assert plain["fold-fake-quant"] == defaults["fold-fake-quant"]
+    assert plain == by_name(compile_passes(CompileOptions(), None))
+    avx512 = resolve_target("x86_64-linux-gnu", "x86-64-v4")
+    assert by_name(compile_passes(CompileOptions(), avx512)) != plain
+    assert "fuse-epilogues" not in by_name(compile_passes(CompileOptions(fuse=False), avx512))
+    calib = [(np.zeros((1, 4), np.float32),)]
+    q = Quantization("int8_sym", calibration=calib, activation="i8", ranges="percentile", percentile=99.5, keep_f32=1)
+    weights = by_name(compile_passes(CompileOptions(quantization=q), None, report=True))["quantize-weights"]
+    assert (weights.method, weights.activation, weights.ranges, weights.percentile, weights.keep_f32, weights.report) \
+        == ("int8_sym", "i8", "percentile", 99.5, 1, True)
+    assert weights.calibration[0][0] is q.calibration[0][0]
+    qat = by_name(compile_passes(CompileOptions(quantization=Quantization("int8_sym", qat=True, activation="u8")),
+                                 None, report=True))
+    assert qat["quantize-weights"].method == "none" and not qat["quantize-weights"].report
+    assert (qat["fold-fake-quant"].required, qat["fold-fake-quant"].activation) == (True, "u8")
+    bf16 = by_name(compile_passes(CompileOptions(quantization=Quantization(precision="bf16")), None))
+    assert (bf16["quantize-weights"].method, bf16["quantize-weights"].precision) == ("none", "bf16")

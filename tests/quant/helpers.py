@@ -7,16 +7,15 @@ import numpy as np
 from cuvil.api import _JitModel
 from cuvil.backend.llvm.codegen import generate
 from cuvil.backend.llvm.jit import JitEngine
-from cuvil.backend.llvm.kernels import memory_plan_options
 from cuvil.backend.llvm.target import host_target
-from cuvil.passes.pipeline import default_pipeline, run_pipeline
+from cuvil.options import CompileOptions, Quantization
+from cuvil.passes.pipeline import optimise
 
 
 def quantized(module, method: str, **options):
-    """Run the default pipeline with quantization `method` on `module` (in place)."""
-    return run_pipeline(module, default_pipeline(memory_plan=memory_plan_options(),
-                                                 quantize_weights={"method": method, **options}),
-                        verify_each=True)
+    """Run the compile pipeline with Quantization(method, **options) and no target on
+    `module` (in place), verifying after every pass."""
+    return optimise(module, CompileOptions(quantization=Quantization(method, **options)), None, verify_each=True)
 
 
 def run_native(module, arrays, vector_bits: int, int8=None, bf16=None) -> tuple[np.ndarray, ...]:

@@ -21,6 +21,7 @@ from cuvil.backend.llvm.target import Target, compile_to_asm, host_target
 from cuvil.errors import CuvilError
 from cuvil.ir import interpreter
 from cuvil.ir.ops.quant import bf16_decode, bf16_encode, bf16_round
+from cuvil.options import Quantization
 from cuvil.passes.quantize_weights import weight_bytes
 from tests.quant.helpers import quantized, run_native
 from tests.quant.test_int8_kernels import _Convs, _Linears
@@ -28,6 +29,7 @@ from tests.quant.test_int8_kernels import _Convs, _Linears
 HOST = host_target()
 HOST_BF16 = HOST.has_feature("avx512bf16") and HOST.has_feature("avx512vl")
 DPBF16 = Int8Isa(2, "dpbf16ps")
+BF16 = Quantization(precision="bf16")
 ISAS = [BF16_GENERIC, DPBF16]
 # bf16 keeps 8 significant bits: one rounding of each operand is ~2^-9 relative; over
 # the sums of these small models the max error against fp32 stays below this
@@ -61,8 +63,8 @@ def _check(model, x, vector_bits, isa):
 
 
 def _two_threads_give_the_bits_of_one(model, x):
-    one = cuvil.compile(model, (x,), precision="bf16", threads=1)
-    two = cuvil.compile(model, (x,), precision="bf16", threads=2)
+    one = cuvil.compile(model, (x,), quantization=BF16, threads=1)
+    two = cuvil.compile(model, (x,), quantization=BF16, threads=2)
     np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
 
 
@@ -243,7 +245,7 @@ def test_bf16_weight_shared_by_a_dilated_and_a_plain_conv_is_a_clear_error():
     x = torch.randn(1, 8, 12, 12)
     assert cuvil.compile(model, (x,))(x.numpy())[0].shape == (1, 8, 12, 12)   # f32: fine
     with pytest.raises(CuvilError, match="shared by convs with and without a padded input copy"):
-        cuvil.compile(model, (x,), precision="bf16")
+        cuvil.compile(model, (x,), quantization=BF16)
 
 
 def test_bf16_weight_shared_by_a_transposed_and_a_plain_conv_is_a_clear_error():
@@ -258,7 +260,7 @@ def test_bf16_weight_shared_by_a_transposed_and_a_plain_conv_is_a_clear_error():
     want = model(x).detach().numpy()
     np.testing.assert_allclose(cuvil.compile(model, (x,))(x.numpy())[0], want, rtol=1e-5, atol=1e-6)
     with pytest.raises(CuvilError, match="shared by a transposed conv"):
-        cuvil.compile(model, (x,), precision="bf16")
+        cuvil.compile(model, (x,), quantization=BF16)
 
 
 class _ThinPlanes(torch.nn.Module):
@@ -327,7 +329,7 @@ def test_bf16_3x3_convs_keep_the_bf16_arithmetic(isa):
 
 def test_plain_bf16_matmul_with_a_runtime_row_count_rounds_a_in_its_tiles():
     model = _WideLinears().eval()
-    dyn = cuvil.compile(model, (torch.randn(3, 600),), precision="bf16", dynamic_shapes=[("b", 600)],
+    dyn = cuvil.compile(model, (torch.randn(3, 600),), quantization=BF16, dynamic_shapes=[("b", 600)],
                         dim_bounds={"b": (1, 40)})
     for rows in (1, 13, 40):
         x = torch.randn(rows, 600, generator=torch.Generator().manual_seed(rows))
@@ -367,15 +369,15 @@ def test_bf16_rewrite_halves_the_weights_and_leaves_the_rest_f32():
 def test_bf16_errors():
     model, x = _Linears().eval(), torch.randn(7, 130)
     with pytest.raises(CuvilError, match="does not combine with quantization 'fp16'"):
-        cuvil.compile(model, (x,), quantization="fp16", precision="bf16")
+        Quantization("fp16", precision="bf16")
     with pytest.raises(CuvilError, match="precision 'f16' is not supported"):
-        cuvil.compile(model, (x,), precision="f16")
+        Quantization(precision="f16")
 
 
 def test_bf16_shared_library_matches_jit_and_threads():
     model, x = _Linears().eval(), torch.randn(31, 130, generator=torch.Generator().manual_seed(4))
-    one = cuvil.compile(model, (x,), precision="bf16")(x.numpy())[0]
-    two = cuvil.compile(model, (x,), precision="bf16", threads=2)(x.numpy())[0]
+    one = cuvil.compile(model, (x,), quantization=BF16)(x.numpy())[0]
+    two = cuvil.compile(model, (x,), quantization=BF16, threads=2)(x.numpy())[0]
     np.testing.assert_array_equal(one, two)
     assert _rel(one, model(x).detach().numpy()) <= BF16_REL_TOL
 

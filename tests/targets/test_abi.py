@@ -17,6 +17,7 @@ from cuvil.cli import main
 from cuvil.config import load_config
 from cuvil.errors import LinkError
 from cuvil.native import render_glue
+from cuvil.options import TargetSpec
 from cuvil.runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR, abi
 
 from .helpers import available, run, tiny_project
@@ -96,7 +97,7 @@ def test_model_of_another_abi_version_is_refused_at_link_naming_both_sides(compi
 @pytest.mark.skipif(not available("aarch64-linux-gnu"), reason="aarch64 toolchain missing")
 def test_model_for_another_target_with_this_runtime_is_refused(compiled, tmp_path):
     opts = compile_options(compiled["cfg"])
-    opts["target"] = {"arch": "aarch64-linux-gnu", "cpu": "", "features": ""}
+    opts = opts.replace(target=TargetSpec("aarch64-linux-gnu"))
     compile_bundle(compiled["cvir"], opts, tmp_path / "arm")
     with pytest.raises(LinkError) as e:
         link_compiled(tmp_path / "arm", "executable", tmp_path / "tiny", cc="cc")  # the host compiler

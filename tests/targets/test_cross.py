@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from cuvil.build import build, compile_bundle, compile_options, link_compiled
 from cuvil.cli import main
 from cuvil.config import ConfigError, load_config
 from cuvil.errors import CuvilError
+from cuvil.options import TargetSpec
 
 from .helpers import ALL, CROSS, ROOT, assert_close, available, disassemble, run, run_npy, tiny_project
 
@@ -64,7 +66,7 @@ def test_wasm_uses_simd128_when_enabled_and_not_when_disabled(tiny, tmp_path):
     opts = compile_options(load_config(tiny["config"], target="wasm32-wasi"))
     counts = {}
     for features in ("+simd128", "-simd128"):
-        opts["target"] = dict(opts["target"], features=features)
+        opts = opts.replace(target=replace(opts.target, features=features))
         out = tmp_path / features
         compile_bundle(cvir, opts, out)
         counts[features] = len(re.findall(r"\bf32x4\.", disassemble(out / "tiny.o")))
@@ -85,7 +87,7 @@ def test_x86_64_named_cpu_picks_vector_width(tiny, tmp_path, cpu, features, want
         pytest.skip("this machine cannot run the code")
     cvir = next(tiny["cache"].glob("capture/*/model.cvir"))
     opts = compile_options(load_config(tiny["config"], target="x86_64-linux-gnu"))
-    opts["target"] = {"arch": "x86_64-linux-gnu", "cpu": cpu, "features": features}
+    opts = opts.replace(target=TargetSpec("x86_64-linux-gnu", cpu, features))
     compile_bundle(cvir, opts, tmp_path / "c")
     asm = disassemble(tmp_path / "c" / "tiny.o")
     assert want in asm and (refuse is None or refuse not in asm)
@@ -96,7 +98,7 @@ def test_x86_64_named_cpu_picks_vector_width(tiny, tmp_path, cpu, features, want
 def test_unknown_cpu_without_features_and_unsupported_kinds_are_clear_errors(tiny, tmp_path):
     cfg = load_config(tiny["config"])
     opts = compile_options(cfg)
-    opts["target"] = {"arch": "x86_64-linux-gnu", "cpu": "pentium-pro-max", "features": ""}
+    opts = opts.replace(target=TargetSpec("x86_64-linux-gnu", "pentium-pro-max", ""))
     with pytest.raises(CuvilError, match="give target.features too"):
         compile_bundle(next(tiny["cache"].glob("capture/*/model.cvir")), opts, tmp_path / "c")
     with pytest.raises(CuvilError, match="does not build shared libraries"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cuvil.build import compile_options
+from cuvil.options import TargetSpec
 from cuvil.config import ConfigError, load_config
 
 from .helpers import TINY_PY, TINY_YAML
@@ -55,10 +56,10 @@ def test_overrides_apply_only_for_their_targets(tmp_path):
     arm = load_config(path, target="aarch64-linux-gnu")
     assert arm.applied == (1,) and arm.data["optimize"]["threads"] == 4
     opts = compile_options(wasm)
-    assert opts["threads"] == 1 and opts["preprocess"] == {}
+    assert opts.threads == 1 and opts.preprocess == {}
     # target.cpu belongs to the config's own arch; another --target does not inherit it
-    assert opts["target"] == {"arch": "wasm32-wasi", "cpu": "", "features": ""}
-    assert compile_options(host)["target"] == {"arch": "host", "cpu": "x86-64-v3", "features": ""}
+    assert opts.target == TargetSpec("wasm32-wasi", "", "")
+    assert compile_options(host).target == TargetSpec("host", "x86-64-v3", "")
 
 
 @pytest.mark.parametrize("body, key, line, words", [

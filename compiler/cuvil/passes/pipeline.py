@@ -1,11 +1,14 @@
-"""The compile-stage pipeline: every pass, in order, in one list."""
+"""The compile-stage pipeline: every pass, in order, in one list (`default_pipeline`),
+and the one function that runs it for a compilation (`optimise`): `cuvil.compile`,
+`cuvil build` / `cuvil compile`, `cuvil inspect` and `cuvil quant-report` all call it."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import CuvilError, VerifyError
 from ..ir import Module, verify
+from ..options import CALIBRATED, CalibrationFiles, CompileOptions
 from . import Pass
 from .canonicalize import Canonicalize
 from .constant_fold import ConstantFold
@@ -18,6 +21,9 @@ from .fuse_epilogues import FuseEpilogues
 from .infer_shapes import InferShapes
 from .memory_plan import MemoryPlan
 from .quantize_weights import QuantizeWeights
+
+if TYPE_CHECKING:
+    from ..backend.llvm.target import Target
 
 
 def default_pipeline(**options) -> list[Pass]:
@@ -64,3 +70,36 @@ def run_pipeline(module: Module, passes: Sequence[Pass] | None = None, verify_ea
             except VerifyError as e:
                 raise VerifyError(f"after pass {p.name}: {e}") from None
     return module
+
+
+def compile_passes(options: CompileOptions, target: Target | None, report: bool = False) -> list[Pass]:
+    """The passes for a compilation with `options` for `target` (None where no target is
+    known yet: `cuvil inspect`, `quant-report`; the memory plan then makes no choice
+    that depends on one). `report` has int8_sym record every candidate layer.
+
+    The quantization's calibration must be input tuples by now (a config's files are
+    loaded by the compile stage, build.optimised_module)."""
+    from ..backend.llvm.kernels import memory_plan_options
+
+    q = options.quantization
+    files = isinstance(q.calibration, CalibrationFiles)
+    if files and q.has_calibration and q.weights_method in CALIBRATED:
+        raise CuvilError("the calibration files must be loaded before the passes run "
+                         "(quant_config.calibration_inputs)")
+    weights = {"method": q.weights_method, "precision": q.precision}
+    if not q.qat:
+        weights.update(activation=q.activation or "u8", ranges=q.ranges, percentile=q.percentile,
+                       keep_f32=q.keep_f32, calibration=() if files else q.calibration,
+                       report=report and q.method == "int8_sym")
+    return default_pipeline(
+        fold_fake_quant={"required": q.qat, "activation": q.activation if q.qat else ""},
+        fuse_epilogues={} if options.fuse else False,
+        quantize_weights=weights,
+        memory_plan=memory_plan_options(target.vector_bits if target is not None else None),
+    )
+
+
+def optimise(module: Module, options: CompileOptions | None = None, target: Target | None = None, *,
+             report: bool = False, verify_each: bool = False) -> Module:
+    """Run the compile stage's passes (`compile_passes`) on `module` in place."""
+    return run_pipeline(module, compile_passes(options or CompileOptions(), target, report), verify_each)

@@ -23,13 +23,12 @@ import numpy as np
 from ..errors import CuvilError
 from ..ir import Module
 from ..ir.ops.shape import Constant
+from ..options import PRECISIONS
+from ..options import QUANTIZATION_METHODS as METHODS
 from .quantize_int4 import int4_layout, int4_weight
 from .quantize_bf16 import bf16_rewrite
 from .quantize_int8 import int8_rewrite
 from .calibrate import input_grams
-
-METHODS = ("none", "fp16", "int4_block", "int8_sym")
-PRECISIONS = ("f32", "bf16")
 
 
 @dataclass(frozen=True)
