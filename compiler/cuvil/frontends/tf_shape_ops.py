@@ -177,7 +177,7 @@ def _strided_slice(low, node):
     out_shape = list(probe[index].shape)
     # Per input dim: the slice each index entry applies (ellipsis covers the rest).
     n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
-    dims, d = [], 0
+    dims = []
     for i in index:
         if i is Ellipsis:
             for _ in range(x.type.rank - n_real):

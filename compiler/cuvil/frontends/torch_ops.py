@@ -207,7 +207,6 @@ def _noop(low, a):
          "new_zeros", "new_ones", "new_full", "empty_like")
 def _creation(low, a):
     """Creation ops with static shapes: evaluate with torch at capture time."""
-    import torch
     node = low.node
     args = [a for a in node.args]
     kwargs = dict(node.kwargs)

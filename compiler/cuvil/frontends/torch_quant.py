@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir import Value
-from ..ir.ops.quant import Dequantize, as_rows
+from ..ir.ops.quant import as_rows
 from .torch_ops import handles
 
 _CODE_DTYPES = {"uint8": "u8", "int8": "i8"}

@@ -12,7 +12,6 @@ class Builder:
         self.block = block
         self.loc = loc
         self.anchor: Op | None = None  # insert before this op; None appends
-        self._const_ids = 0
 
     def insert(self, op: Op) -> Op:
         if self.anchor is None:

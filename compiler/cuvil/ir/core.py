@@ -57,7 +57,6 @@ class Op:
     # Attributes that hold dims (lists of int | symbolic dim text); the interpreter and the
     # backend evaluate symbolic ones with the symbols' runtime values.
     dim_attrs: ClassVar[tuple[str, ...]] = ()
-    num_results: ClassVar[int] = 1
     # Optional source location (e.g. "model.py:42 in forward") for error messages.
     __slots__ = ("operands", "attrs", "results", "parent", "loc")
 

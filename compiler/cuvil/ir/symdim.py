@@ -88,10 +88,6 @@ def canonical(d) -> int | str:
     return _fmt(_poly_of(d))
 
 
-def is_symbolic(d) -> bool:
-    return isinstance(d, str)
-
-
 def add(a, b) -> int | str:
     if isinstance(a, int) and isinstance(b, int):
         return a + b

@@ -22,7 +22,6 @@ DTYPES: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
 }
 FLOAT_DTYPES = frozenset({"f32", "f16", "f64"})
-INT_DTYPES = frozenset({"i64", "i32", "i8", "u8"})
 
 # A dim is an int or the canonical text of a polynomial in named symbols (symdim.py).
 Dim = int | str
@@ -34,10 +33,6 @@ def dtype_of(array: np.ndarray) -> str:
         if array.dtype == dt:
             return name
     raise TypeError(f"unsupported array dtype {array.dtype}")
-
-
-def to_numpy_dtype(name: str) -> np.dtype:
-    return DTYPES[name]
 
 
 @dataclass(frozen=True)

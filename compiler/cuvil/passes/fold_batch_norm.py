@@ -112,7 +112,7 @@ def _merge_constants(op: Op, names: ConstNames) -> bool:
     split = _split_const(op)
     if split is None:
         return False
-    a, c2_val, c2 = split
+    a, _, c2 = split
     inner = a.defining_op
     if inner is None or inner.name != op.name or single_user(a) is not op:
         return False

@@ -94,8 +94,3 @@ def erase_if_dead(op: Op | None) -> None:
         for p in producers[1:]:
             erase_if_dead(p)
         op = producers[0] if producers else None
-
-
-def cast_like(array: np.ndarray, v: Value) -> np.ndarray:
-    """`array` (often float64) in v's dtype."""
-    return np.asarray(array).astype(v.type.np_dtype)

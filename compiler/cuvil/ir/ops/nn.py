@@ -19,7 +19,7 @@ from .elementwise import eval_program, infer_program
 from .quant import fake_quant
 
 
-def _apply_post(op_cls, raw: np.ndarray, extras, attrs) -> np.ndarray:
+def _apply_post(raw: np.ndarray, extras, attrs) -> np.ndarray:
     post = attrs.get("post") or []
     if not post:
         return raw
@@ -66,7 +66,7 @@ class MatMul(Op):
         if attrs.get("act_quant"):  # int8: the product of the quantized activation
             a = fake_quant(a, attrs["act_quant"])
         raw = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
-        return [_apply_post(cls, raw, args[2:], attrs)]
+        return [_apply_post(raw, args[2:], attrs)]
 
 
 def conv_out_dim(size, k, stride, pad_lo, pad_hi, dilation, ceil_mode=False):
@@ -118,7 +118,7 @@ class Conv2d(Op):
         win = win.reshape(n, g, icg, oh, ow, kh, kw)
         wg = w.astype(np.float64).reshape(g, oc // g, icg, kh, kw)
         raw = np.einsum("ngchwkl,gockl->ngohw", win, wg, optimize=True).reshape(n, oc, oh, ow)
-        return [_apply_post(cls, raw.astype(x.dtype), args[2:], attrs)]
+        return [_apply_post(raw.astype(x.dtype), args[2:], attrs)]
 
 
 def _pool_geometry(x: TensorType, attrs):

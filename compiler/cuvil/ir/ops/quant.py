@@ -138,7 +138,7 @@ class Dequantize(Op):
 
     @classmethod
     def infer_types(cls, types, attrs):
-        q, shape, axis, scheme = types[0], tuple(attrs["shape"]), attrs["out_axis"], attrs["scheme"]
+        shape, axis, scheme = tuple(attrs["shape"]), attrs["out_axis"], attrs["scheme"]
         if scheme not in SCHEMES:
             raise VerifyError(f"cuvil.dequantize: unknown scheme {scheme!r}")
         if not 0 <= axis < len(shape):
@@ -146,11 +146,11 @@ class Dequantize(Op):
         rows = shape[axis]
         length = int(np.prod(shape)) // rows
         if scheme == "int4_block":
-            want, operands = [((rows, q4_blocks(length), Q4_BLOCK_BYTES), "u8")], 1
+            want = [((rows, q4_blocks(length), Q4_BLOCK_BYTES), "u8")]
         elif scheme == "bf16":
-            want, operands = [((rows, 2 * length), "u8")], 1
+            want = [((rows, 2 * length), "u8")]
         else:
-            want, operands = [((rows, length), "i8"), ((rows,), "f32")], 2
+            want = [((rows, length), "i8"), ((rows,), "f32")]
         got = [(tuple(t.shape), t.dtype) for t in types]
         if got != want:
             raise VerifyError(f"cuvil.dequantize: {scheme} data for {list(shape)} is "

@@ -2,8 +2,6 @@
 concat, slice, pad, gather)."""
 from __future__ import annotations
 
-from math import prod
-
 import numpy as np
 
 from ...errors import VerifyError
@@ -40,7 +38,6 @@ class Constant(Op):
 
 class Return(Op):
     name = "cuvil.return"
-    num_results = 0
 
     @classmethod
     def infer_types(cls, types, attrs):
