@@ -51,7 +51,7 @@ def _capture(model_key: str, path: Path) -> tuple:
 def _generate(bundle: Path, inputs: tuple, mode: str, target_key: str):
     """The generated code for one (mode, target): (IR hash, weights hash)."""
     from cuvil.backend.llvm.codegen import generate
-    from cuvil.backend.llvm.kernels import memory_plan_options
+    from cuvil.backend.llvm.select import KernelTarget, kernel_passes
     from cuvil.backend.llvm.target import Target
     from cuvil.ir import read_bundle
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
@@ -65,9 +65,8 @@ def _generate(bundle: Path, inputs: tuple, mode: str, target_key: str):
         quant["method"] = mode
     if mode == "int8_sym":
         quant["calibration"] = (inputs,)
-    run_pipeline(module, default_pipeline(memory_plan=memory_plan_options(target.vector_bits),
-                                          quantize_weights=quant))
-    gen = generate(module, "model", target.vector_bits, target=target)
+    run_pipeline(module, default_pipeline(**kernel_passes(KernelTarget.of(target)), quantize_weights=quant))
+    gen = generate(module, "model")
     return (hashlib.sha256(gen.llvm_ir.encode()).hexdigest()[:16],
             hashlib.sha256(gen.weights).hexdigest()[:16])
 

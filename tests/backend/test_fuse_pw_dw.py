@@ -12,11 +12,13 @@ from torch import nn
 
 import cuvil
 from cuvil.api import _to_ir
-from cuvil.backend.llvm import fuse_pw_dw
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.qgemm8 import BF16_GENERIC, Int8Isa
+from cuvil.backend.llvm.gemm_dot import BF16_GENERIC, Int8Isa
+from cuvil.backend.llvm.kernels import fuse_pw_dw
+from cuvil.backend.llvm.select import KernelTarget, kernel_passes
 from cuvil.backend.llvm.target import host_target
 from cuvil.ir import interpreter
+from cuvil.passes.pipeline import default_pipeline, plan_for, run_pipeline
 from tests.quant.helpers import quantized, run_native
 
 HOST = host_target()
@@ -56,7 +58,8 @@ def _module(model, x, precision):
 
 
 def _calls(module, bits, isa) -> int:
-    return len(generate(module, "ftest", bits, profile=True, bf16=isa).profile_ops)
+    plan_for(module, KernelTarget.of(None, bits, bf16=isa))
+    return len(generate(module, "ftest", profile=True).profile_ops)
 
 
 @pytest.mark.parametrize("precision, isa", [("f32", None), ("bf16", BF16_GENERIC), ("bf16", DPBF16)],
@@ -76,6 +79,7 @@ def test_fused_expand_and_depthwise_match_the_interpreter_and_the_unfused_kernel
     # may round the project conv's bf16 input the other way (2^-8 of that value)
     assert float(np.abs(fused - ref).max()) <= (1e-5 if precision == "f32" else 4e-3) * scale
     monkeypatch.setattr(fuse_pw_dw, "FUSE_MIN_BYTES", 1 << 60)
+    del module.main.attrs["kernel_target"]  # select the kernels again
     plain, plain_calls = run_native(module, [x.numpy()], bits, bf16=isa)[0], _calls(module, bits, isa)
     assert calls == plain_calls - 1   # the expand ran inside the depthwise conv's kernel
     # the same code per value; only where a band's depthwise code contracts its products
@@ -103,15 +107,22 @@ def test_an_expand_read_elsewhere_is_not_fused():
         np.testing.assert_allclose(g, want.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_a_plan_without_the_backends_reads_runs_the_pair_unfused():
-    """Planned with the scratch sizes alone, the depthwise conv's result or scratch may
-    take the bytes of the expand's input, which dies at the expand: the code generator
-    then keeps the two kernels apart instead of reading overwritten input."""
-    from cuvil.backend.llvm.kernels import scratch_bytes
-    from cuvil.passes.pipeline import default_pipeline, run_pipeline
-    x = torch.randn(1, 8, 112, 112, generator=torch.Generator().manual_seed(6))   # there it does take them
+def test_the_plan_keeps_the_expands_operands_alive_for_the_fused_kernel():
+    """The depthwise conv's plan runs the expand inside it: the memory plan keeps the
+    expand's input alive until the depthwise conv (`reads_producer`), so neither its
+    result nor its scratch takes those bytes (the code generator checks it again)."""
+    x = torch.randn(1, 8, 112, 112, generator=torch.Generator().manual_seed(6))
     module = _to_ir(_Inverted(8, 48, 2).eval(), (x,))
-    run_pipeline(module, default_pipeline(memory_plan={"scratch": scratch_bytes}))
+    run_pipeline(module, default_pipeline(**kernel_passes(KernelTarget(16))))
+    forms = {op.attrs["kernel_plan"]["form"] for op in module.main.body.ops if op.name == "cuvil.conv2d"}
+    assert {"in_depthwise", "fused_depthwise"} <= forms
+    dw = next(op for op in module.main.body.ops if op.attrs.get("kernel_plan", {}).get("form") == "fused_depthwise")
+    assert dw.attrs["kernel_plan"]["reads_producer"]
+    expand_input = dw.operands[0].defining_op.operands[0].defining_op
+    lo, hi = expand_input.attrs["arena_offset"], expand_input.attrs["arena_offset"] + expand_input.result.type.nbytes
+    for at, n in ((dw.attrs["scratch_offset"], dw.attrs["scratch_bytes"]),
+                  (dw.attrs["arena_offset"], dw.result.type.nbytes)):
+        assert at + n <= lo or hi <= at
     ref = interpreter.run(module, [x.numpy()])[0]
     got = run_native(module, [x.numpy()], 512)[0]
     assert float(np.abs(got - ref).max()) <= 1e-5 * float(np.abs(ref).max())

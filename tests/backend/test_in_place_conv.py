@@ -1,7 +1,7 @@
-"""Convs that write their result over the residual their epilogue adds (the memory plan's
-`in_place_conv`, kernels.residual_in_place): planned only where the kernel at the
-target's vector width reads each residual value before storing over it, checked again
-by the code generator."""
+"""Convs that write their result over the residual their epilogue adds (a kernel plan's
+`in_place`, select.residual_in_place): planned only where the kernel at the target's
+vector width reads each residual value before storing over it, checked again by the
+code generator."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,7 @@ from torch import nn
 
 from cuvil.api import _to_ir
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.kernels import memory_plan_options, residual_in_place
+from cuvil.backend.llvm.select import KernelTarget, kernel_passes, residual_in_place
 from cuvil.errors import CuvilError
 from cuvil.ir import interpreter
 from cuvil.passes.memory_plan import check_plan
@@ -36,9 +36,12 @@ class _Bottleneck(nn.Module):
         return self.head(y)
 
 
-def _planned(model, x, precision, vector_bits):
+def _planned(model, x, precision, vector_bits, in_place=True):
+    """The module planned for vectors of vector_bits (without any result written over an
+    operand where not `in_place`)."""
     module = _to_ir(model, (x,))
-    run_pipeline(module, default_pipeline(memory_plan=memory_plan_options(vector_bits),
+    run_pipeline(module, default_pipeline(**kernel_passes(KernelTarget(vector_bits // 32)),
+                                          memory_plan={"in_place": in_place},
                                           quantize_weights={"method": "none", "precision": precision}))
     check_plan(module.main)
     return module
@@ -60,7 +63,7 @@ def test_a_residual_conv_writes_over_its_residual_and_matches_the_interpreter(pr
     ref = interpreter.run(module, [x.numpy()])[0]
     got = run_native(module, [x.numpy()], bits)[0]
     assert float(np.abs(got - ref).max()) <= 1e-5 * float(np.abs(ref).max())
-    plain = _planned(_Bottleneck().eval(), x, precision, None)
+    plain = _planned(_Bottleneck().eval(), x, precision, bits, in_place=False)
     assert not _in_place(plain)
     np.testing.assert_array_equal(run_native(plain, [x.numpy()], bits)[0], got)
 
@@ -97,9 +100,20 @@ def test_a_conv_does_not_write_over_its_own_input():
     assert float(np.abs(got - ref).max()) <= 1e-5 * float(np.abs(ref).max())
 
 
-def test_a_plan_for_another_vector_width_is_a_clear_error():
+def test_the_plan_says_which_convs_may_write_over_their_residual():
+    x = torch.randn(1, 3, 32, 40, generator=torch.Generator().manual_seed(3))
+    for bits, placed in ((512, 1), (256, 0)):
+        module = _planned(_Bottleneck().eval(), x, "f32", bits)
+        may = [op for op in module.main.body.ops if (op.attrs.get("kernel_plan") or {}).get("in_place")]
+        # the memory plan writes over a residual only where the plan allows it (at 256 bits
+        # the bottleneck's narrow expand conv runs K-blocked, which cannot)
+        assert len(_in_place(module)) == placed and all(op in may for op in _in_place(module))
+
+
+def test_a_residual_written_over_without_the_plan_is_a_clear_error():
     x = torch.randn(1, 3, 32, 40, generator=torch.Generator().manual_seed(3))
     module = _planned(_Bottleneck().eval(), x, "f32", 512)
-    assert _in_place(module)
+    (conv,) = _in_place(module)
+    del conv.attrs["kernel_plan"]["in_place"]
     with pytest.raises(CuvilError, match="planned to write over its residual"):
-        generate(module, "ip", 256)
+        generate(module, "ip")

@@ -1,4 +1,4 @@
-"""bf16 conv results stored as plane pairs of codes (qkernels.stored_pairs): where every
+"""bf16 conv results stored as plane pairs of codes (bf16.stored_pairs): where every
 reader is a bf16 conv that rounds its input to bf16 anyway, the producer stores the
 codes of channels 2i and 2i + 1 together and the readers skip their conversion. The
 numbers must not change at all: checked bit for bit against the same module without
@@ -19,13 +19,14 @@ from torch import nn
 
 import cuvil
 from cuvil.api import _to_ir
-from cuvil.backend.llvm import qkernels
-from cuvil.backend.llvm.kernels import memory_plan_options
-from cuvil.backend.llvm.qgemm8 import Int8Isa
+from cuvil.backend.llvm import select
+from cuvil.backend.llvm.gemm_dot import Int8Isa
+from cuvil.backend.llvm.kernels import bf16
+from cuvil.backend.llvm.select import KernelTarget, SelectStorage, kernel_passes
 from cuvil.backend.llvm.target import host_target
 from cuvil.ir import interpreter, parse_module
 from cuvil.ir.ops.quant import bf16_round
-from cuvil.passes.pipeline import default_pipeline, run_pipeline
+from cuvil.passes.pipeline import default_pipeline, plan_for, run_pipeline
 from tests.quant.helpers import quantized, run_native
 
 HOST = host_target()
@@ -60,14 +61,19 @@ CASES = [  # cin, mid, cout, stride, input shape
 
 
 def _run(module, x, monkeypatch, pairs: bool, bits: int = 512):
+    """Run module natively at `bits` with its results stored as pairs where chosen
+    (`pairs`) or never; also the number of ops chosen."""
+    target = KernelTarget(bits // 32, bf16=DPBF16)
+    plan_for(module, target)
     chosen = []
-    real = qkernels.stored_pairs
+    real = bf16.stored_pairs
 
     def spy(*args, **kwargs):
         got = real(*args, **kwargs) if pairs else set()
         chosen.append(len(got))
         return got
-    monkeypatch.setattr(qkernels, "stored_pairs", spy)
+    monkeypatch.setattr(select, "stored_pairs", spy)
+    SelectStorage(target).apply(module)
     return run_native(module, [x], bits, bf16=DPBF16), chosen[0]
 
 
@@ -124,9 +130,9 @@ def test_no_pairs_without_the_bf16_dot_product_or_masked_vectors():
     x = torch.randn(1, 32, 24, 26)
     module = quantized(_to_ir(_Chain(32, 40, 64, 1).eval(), (x,)), "none", precision="bf16")
     ops, outs = module.main.body.ops, {id(v) for v in module.main.outputs}
-    assert len(qkernels.stored_pairs(ops, outs, DPBF16, 16)) == 2
-    assert not qkernels.stored_pairs(ops, outs, DPBF16, 4)                       # 128-bit vectors
-    assert not qkernels.stored_pairs(ops, outs, Int8Isa(2, "bf16"), 16)          # no vdpbf16ps
+    assert len(bf16.stored_pairs(ops, outs, DPBF16, 16)) == 2
+    assert not bf16.stored_pairs(ops, outs, DPBF16, 4)                       # 128-bit vectors
+    assert not bf16.stored_pairs(ops, outs, Int8Isa(2, "bf16"), 16)          # no vdpbf16ps
 
 
 class _Bottleneck(nn.Module):
@@ -176,7 +182,7 @@ def _planned(model, x, bits):
     """The bf16 module, memory planned for `bits`-wide vectors (the convs that write over
     their residual there do)."""
     return run_pipeline(_to_ir(model, (torch.from_numpy(x),)),
-                        default_pipeline(memory_plan=memory_plan_options(bits),
+                        default_pipeline(**kernel_passes(KernelTarget(bits // 32, bf16=DPBF16)),
                                          quantize_weights={"method": "none", "precision": "bf16"}), verify_each=True)
 
 
@@ -186,12 +192,12 @@ def test_the_residual_stream_is_stored_as_pairs(cin, widths, blocks, stride, sha
     model = _Stages(cin, widths, blocks, stride).eval()
     module = _planned(model, x, bits)
     ops, outs = module.main.body.ops, {id(v) for v in module.main.outputs}
-    chosen = qkernels.stored_pairs(ops, outs, DPBF16, bits // 32)
+    chosen = bf16.stored_pairs(ops, outs, DPBF16, bits // 32)
     convs = [op for op in ops if op.name == "cuvil.conv2d"]
     # every conv result but the head's (the mean reads it) is read by convs only: pairs;
     # those read as a residual too are rounded to bf16 in their epilogue first
     assert {id(op) for op in convs[:-1]} <= chosen and id(convs[-1]) not in chosen
-    rounded = [op for op in convs if qkernels.bf16_exact(op)]
+    rounded = [op for op in convs if bf16.bf16_exact(op)]
     assert len(rounded) >= 2 * blocks - 1
     assert all(any(i >= 2 for u in op.result.uses for i, v in enumerate(u.operands) if v is op.result)
                for op in rounded)
@@ -230,10 +236,10 @@ def test_a_sum_read_by_no_conv_stays_f32_with_its_residual(monkeypatch):
     x = torch.randn(1, 16, 32, 32, generator=torch.Generator().manual_seed(6)).numpy()
     module = _planned(_Pooled().eval(), x, 512)
     a, b, c = [op for op in module.main.body.ops if op.name == "cuvil.conv2d"]
-    assert qkernels.bf16_exact(a) and not qkernels.bf16_exact(c)   # a's result: b's input, c's residual
+    assert bf16.bf16_exact(a) and not bf16.bf16_exact(c)   # a's result: b's input, c's residual
     assert a.attrs["arena_offset"] == c.attrs["arena_offset"]       # c writes over it
     ops, outs = module.main.body.ops, {id(v) for v in module.main.outputs}
-    assert qkernels.writes_pairs(a, DPBF16, 16) and qkernels.stored_pairs(ops, outs, DPBF16, 16) == {id(b)}
+    assert bf16.writes_pairs(a, DPBF16, 16) and bf16.stored_pairs(ops, outs, DPBF16, 16) == {id(b)}
     (got,), _ = _run(module, x, monkeypatch, True)
     ref = interpreter.run(module, [x])[0]
     assert float(np.abs(got - ref).max()) <= 1e-4 * float(np.abs(ref).max())
@@ -247,7 +253,7 @@ def test_a_result_read_by_a_conv_and_elsewhere_is_not_rounded():
     assert all(s[0] != "fake_quant" for op in (b, c) for s in op.attrs["post"])
     module = quantized(_to_ir(_Chain(16, 32, 16, 1).eval(), (x,)), "none", precision="bf16")
     # inputs only: the convs round them anyway, nothing to state
-    assert not any(qkernels.bf16_exact(op) for op in module.main.body.ops if op.name == "cuvil.conv2d")
+    assert not any(bf16.bf16_exact(op) for op in module.main.body.ops if op.name == "cuvil.conv2d")
 
 
 def test_rounding_to_bf16_matches_the_reference_bit_for_bit():
@@ -298,7 +304,7 @@ def test_a_max_pool_passes_pairs_on(relu, shape, monkeypatch):
     ops, outs = module.main.body.ops, {id(v) for v in module.main.outputs}
     pool = next(op for op in ops if op.name == "cuvil.max_pool2d")
     stem = pool.operands[0].defining_op
-    assert {id(pool), id(stem)} <= qkernels.stored_pairs(ops, outs, DPBF16, 16)
+    assert {id(pool), id(stem)} <= bf16.stored_pairs(ops, outs, DPBF16, 16)
     (got,), _ = _run(module, x, monkeypatch, True)
     (plain,), none = _run(module, x, monkeypatch, False)
     assert none == 0

@@ -12,7 +12,7 @@ from torch import nn
 from cuvil import api
 from cuvil.backend.header import render_header
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.kernels import memory_plan_options
+from cuvil.backend.llvm.select import KernelTarget, kernel_passes
 from cuvil.backend.llvm.target import compile_to_object, host_target
 from cuvil.backend.llvm.weights import weights_object
 from cuvil.build import make_manifest
@@ -37,9 +37,9 @@ def test_c_program_sets_shapes_and_reads_output_shapes(tmp_path):
     model = Gate().eval()
     examples = (torch.randn(2, 3, 8), torch.randn(2, 3))
     ir = api._to_ir(model, examples, [("b", "s", 8), ("b", "s")], {"b": (1, 4), "s": (1, 64)})
-    run_pipeline(ir, default_pipeline(memory_plan=memory_plan_options()))
     target = host_target()
-    gen = generate(ir, "gate", target.vector_bits)
+    run_pipeline(ir, default_pipeline(**kernel_passes(KernelTarget.of(target))))
+    gen = generate(ir, "gate")
     objects = [tmp_path / "model.o", tmp_path / "weights.o"]
     objects[0].write_bytes(compile_to_object(gen.llvm_ir, target))
     objects[1].write_bytes(weights_object("gate_weights", gen.weights, target))

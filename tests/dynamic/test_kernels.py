@@ -156,7 +156,7 @@ def test_dynamic_shapes_need_names_and_bounds():
 
 def test_specialisations_are_compiled_alongside_and_dispatched():
     from cuvil.backend.llvm.codegen import generate
-    from cuvil.backend.llvm.kernels import memory_plan_options
+    from cuvil.backend.llvm.select import KernelTarget, kernel_passes
     from cuvil.frontends.torch import capture_torch
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
 
@@ -165,11 +165,11 @@ def test_specialisations_are_compiled_alongside_and_dispatched():
     kw = dict(dynamic_shapes=[("b", "s", 16)], dim_bounds=BOUNDS)
     specs = [{"b": 1, "s": 17}, {"s": 40}]
     module = capture_torch(model, (_randn(0, 2, 3, 16),), **kw)
-    run_pipeline(module, default_pipeline(memory_plan=memory_plan_options()))
-    gen = generate(module, "m", 512, specialize=specs)
+    run_pipeline(module, default_pipeline(**kernel_passes(KernelTarget(16))))
+    gen = generate(module, "m", specialize=specs)
     for name in ("m_forward_any", "m_forward_s0", "m_forward_s1"):
         assert f'define internal void @"{name}"' in gen.llvm_ir
-    plain = generate(module, "m", 512)
+    plain = generate(module, "m")
     assert gen.kernels > plain.kernels  # the specialised ones come on top of the general kernels
     cm = cuvil.compile(model, (_randn(0, 2, 3, 16),), specialize=specs, **kw)
     for b, s in [(1, 17), (3, 40), (2, 17), (5, 9)]:  # both specialisations, then the general code
@@ -177,14 +177,14 @@ def test_specialisations_are_compiled_alongside_and_dispatched():
         with torch.no_grad():
             np.testing.assert_allclose(cm(x)[0], model(x).numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(BackendError, match=r"specialize\[0\]: s = 41 is outside its bounds \[1, 40\]"):
-        generate(module, "m", 512, specialize=[{"s": 41}])
+        generate(module, "m", specialize=[{"s": 41}])
     with pytest.raises(BackendError, match=r"'t' is not a symbolic dim"):
-        generate(module, "m", 512, specialize=[{"t": 2}])
+        generate(module, "m", specialize=[{"t": 2}])
 
 
 def test_symbolic_code_generation_is_deterministic():
     from cuvil.backend.llvm.codegen import generate
-    from cuvil.backend.llvm.kernels import memory_plan_options
+    from cuvil.backend.llvm.select import KernelTarget, kernel_passes
     from cuvil.backend.llvm.target import compile_to_object, host_target
     from cuvil.frontends.torch import capture_torch
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
@@ -194,7 +194,7 @@ def test_symbolic_code_generation_is_deterministic():
     for _ in range(2):
         model = Fn(lambda x, w: torch.softmax(x @ w, 1), nn.Parameter(w.clone(), requires_grad=False)).eval()
         module = capture_torch(model, (_randn(0, 2, 3, 16),), dynamic_shapes=[("b", "s", 16)], dim_bounds=BOUNDS)
-        run_pipeline(module, default_pipeline(memory_plan=memory_plan_options()))
-        gen = generate(module, "m", host_target().vector_bits, specialize=[{"s": 8}])
+        run_pipeline(module, default_pipeline(**kernel_passes(KernelTarget.of(host_target()))))
+        gen = generate(module, "m", specialize=[{"s": 8}])
         outputs.append((gen.llvm_ir, gen.weights, compile_to_object(gen.llvm_ir, host_target())))
     assert outputs[0] == outputs[1]

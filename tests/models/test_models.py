@@ -104,13 +104,14 @@ def test_unfused_pipeline_lowers_every_bare_op():
     """With the fusion passes off, bare elementwise ops reach the backend and still match."""
     from cuvil.backend.llvm.codegen import generate
     from cuvil.backend.llvm.jit import JitEngine
-    from cuvil.backend.llvm.kernels import memory_plan_options
     from cuvil.api import _JitModel, _to_ir
+    from cuvil.backend.llvm.select import KernelTarget, kernel_passes
+    from cuvil.backend.llvm.target import host_target
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
     model, inputs = ZOO["se_cnn"](0)
     module = _to_ir(model, inputs)
     run_pipeline(module, default_pipeline(fuse_epilogues=False, fuse_elementwise=False,
-                                          memory_plan=memory_plan_options()))
+                                          **kernel_passes(KernelTarget.of(host_target()))))
     names = {op.name for op in module.main.body.ops}
     assert "cuvil.fused" not in names and {"cuvil.add", "cuvil.sigmoid"} & names
     gen = generate(module)

@@ -117,7 +117,7 @@ def test_small_output_planes_run_transposed(module, shape):
     """Output planes that fill the host's column panels poorly (kernels.conv_transposed;
     these do at 12, 16 and 32 columns) run as C^T = im2col^T @ W^T with W^T packed,
     transposed back into NCHW with the epilogue."""
-    from cuvil.backend.llvm.kernels import conv_transposed
+    from cuvil.backend.llvm.select import conv_transposed
     from cuvil.backend.llvm.target import host_target
     x = seeded(8, *shape)
     with torch.no_grad():
@@ -157,7 +157,7 @@ def test_well_filled_panels_below_the_fused_count(module, shape):
     """Fewer than FUSED_PACK_PANELS panels that fill 16-wide panels well: with 256-bit
     vectors these are not transposed; all panels are packed, then each thread runs its
     range of panels K-blocked (gemm.emit_gemm_blocked), residual and ReLU per tile."""
-    from cuvil.backend.llvm.kernels import conv_transposed
+    from cuvil.backend.llvm.select import conv_transposed
     x = seeded(10, *shape)
     with torch.no_grad():
         r = seeded(11, *module(x).shape)
@@ -249,12 +249,11 @@ def test_pointwise_convs_read_their_input_planes_in_place(vector_bits, hw):
     import numpy as np
 
     from cuvil.api import _to_ir
-    from cuvil.backend.llvm.kernels import memory_plan_options
     from cuvil.ir import interpreter
     from cuvil.passes.pipeline import default_pipeline, run_pipeline
     from tests.quant.helpers import run_native
     xs = (seeded(13, 2, 24, *hw), seeded(14, 2, 16, *hw))
-    module = run_pipeline(_to_ir(_Pointwise(), xs), default_pipeline(memory_plan=memory_plan_options()))
+    module = run_pipeline(_to_ir(_Pointwise(), xs), default_pipeline())
     assert [op.name for op in module.main.body.ops].count("cuvil.conv2d") == 3
     arrays = [x.numpy() for x in xs]
     with torch.no_grad():

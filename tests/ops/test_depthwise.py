@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import cuvil
-from cuvil.backend.llvm import kernels
+from cuvil.backend.llvm.kernels import conv as kernels, winograd
 from cuvil.backend.llvm.target import Target, host_target
 from tests.ops.checks import check_torch, run_guarded, seeded
 
@@ -109,10 +109,12 @@ def test_the_depthwise_kernel_runs(monkeypatch):
     512-bit vectors, the row kernel otherwise."""
     calls = []
     for name in ("k_conv2d_depthwise", "k_conv2d_depthwise_masked"):
+        form = name[len("k_conv2d_"):]  # the emitter of the plan's form
+
         def counting(b, k, real=getattr(kernels, name), name=name):
             calls.append((name, k.in_types[1].shape))
             return real(b, k)
-        monkeypatch.setattr(kernels, name, counting)
+        monkeypatch.setitem(kernels.OTHER_FORMS, form, counting)
     check_torch(Block(stride=2), seeded(5, 1, 6, 20, 20), seeded(6, 1, 6, 10, 10), atol=ATOL, rtol=RTOL)
     wide = HOST.vector_bits >= 256
     assert calls == [("k_conv2d_depthwise_masked" if wide else "k_conv2d_depthwise", (6, 1, 3, 3))]

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import cuvil
-from cuvil.backend.llvm import kernels
+from cuvil.backend.llvm.kernels import conv as kernels, winograd
 from cuvil.backend.llvm.target import Target, host_target
 from tests.ops.checks import check_torch, run_guarded, seeded
 
@@ -47,7 +47,7 @@ def test_winograd_matches_torch(module, shape):
 
 
 def test_the_cases_cover_both_forms():
-    forms = {kernels._winograd_blocked(m.in_channels, m.out_channels,
+    forms = {winograd.winograd_blocked(m.in_channels, m.out_channels,
                                        cuvil.ir.TensorType((1, m.out_channels, *m(seeded(0, *s)).shape[2:]), "f32"))
              for m, s in CASES}
     assert forms == {True, False}
@@ -106,7 +106,7 @@ def test_which_convs_run_winograd(monkeypatch):
     def counting(b, k):
         calls.append(tuple(k.in_types[1].shape))
         return real(b, k)
-    monkeypatch.setattr(kernels, "k_conv2d_winograd", counting)
+    monkeypatch.setitem(kernels.OTHER_FORMS, "winograd", counting)  # the emitter of the plan's form
 
     class Net(nn.Module):
         def __init__(self):

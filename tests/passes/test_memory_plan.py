@@ -15,21 +15,17 @@ from tests.passes.helpers import apply, assert_golden, run_in_arena
 PLANNED = """
     func @main(%0: tensor<[1, 16], f32> "x") -> ("y", "z") {
       %1 = cuvil.constant() {name = "w"} : tensor<[16, 16], f32>
-      %2 = cuvil.matmul(%0, %1) {} : tensor<[1, 16], f32>
+      %2 = cuvil.matmul(%0, %1) {kernel_plan = {scratch = 100}} : tensor<[1, 16], f32>
       %3 = cuvil.reshape(%2) {shape = [4, 4]} : tensor<[4, 4], f32>
       %4 = cuvil.transpose(%3) {perm = [1, 0]} : tensor<[4, 4], f32>
       %5 = cuvil.fused(%4) {program = [["exp", [0], {}]]} : tensor<[4, 4], f32>
       %6 = cuvil.fused(%5, %3) {program = [["add", [0, 1], {}]]} : tensor<[4, 4], f32>
       %7 = cuvil.reshape(%6) {shape = [1, 16]} : tensor<[1, 16], f32>
       %8 = cuvil.reshape(%0) {shape = [4, 4]} : tensor<[4, 4], f32>
-      %9 = cuvil.matmul(%8, %8) {} : tensor<[4, 4], f32>
+      %9 = cuvil.matmul(%8, %8) {kernel_plan = {scratch = 100}} : tensor<[4, 4], f32>
       cuvil.return(%7, %9)
     }"""
 WEIGHTS = {"w": np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)}
-
-
-def _matmul_scratch(op) -> int:
-    return 100 if op.name == "cuvil.matmul" else 0
 
 
 def _planned(**fields):
@@ -40,18 +36,18 @@ def test_offsets_aliases_in_place_and_scratch():
     # %3 aliases %2 (offset 128), which so lives until %6 reads %3; %5 and %6 overwrite
     # their dying [4, 4] operand in place (offset 0, reused after %2's scratch); %7 and
     # %9 are returned (no offset); the reshape of the input %8 is a copy in the arena.
-    # The matmuls' 100 scratch bytes round up to 128 and are live only during them.
-    module = assert_golden(MemoryPlan(scratch=_matmul_scratch), PLANNED, """
+    # The matmuls' plans ask for 100 scratch bytes: rounded up to 128, live only during them.
+    module = assert_golden(MemoryPlan(), PLANNED, """
         func @main(%0: tensor<[1, 16], f32> "x") -> ("y", "z") attributes {arena_size = 192, intermediate_bytes = 320} {
           %1 = cuvil.constant() {name = "w"} : tensor<[16, 16], f32>
-          %2 = cuvil.matmul(%0, %1) {arena_offset = 128, scratch_bytes = 128, scratch_offset = 0} : tensor<[1, 16], f32>
+          %2 = cuvil.matmul(%0, %1) {arena_offset = 128, kernel_plan = {scratch = 100}, scratch_bytes = 128, scratch_offset = 0} : tensor<[1, 16], f32>
           %3 = cuvil.reshape(%2) {alias = true, arena_offset = 128, shape = [4, 4]} : tensor<[4, 4], f32>
           %4 = cuvil.transpose(%3) {arena_offset = 0, perm = [1, 0]} : tensor<[4, 4], f32>
           %5 = cuvil.fused(%4) {arena_offset = 0, program = [["exp", [0], {}]]} : tensor<[4, 4], f32>
           %6 = cuvil.fused(%5, %3) {arena_offset = 0, program = [["add", [0, 1], {}]]} : tensor<[4, 4], f32>
           %7 = cuvil.reshape(%6) {shape = [1, 16]} : tensor<[1, 16], f32>
           %8 = cuvil.reshape(%0) {arena_offset = 128, shape = [4, 4]} : tensor<[4, 4], f32>
-          %9 = cuvil.matmul(%8, %8) {scratch_bytes = 128, scratch_offset = 0} : tensor<[4, 4], f32>
+          %9 = cuvil.matmul(%8, %8) {kernel_plan = {scratch = 100}, scratch_bytes = 128, scratch_offset = 0} : tensor<[4, 4], f32>
           cuvil.return(%7, %9)
         }""", WEIGHTS)
     check_plan(module.main)
@@ -71,7 +67,7 @@ def test_without_in_place_each_fused_result_gets_its_own_place():
 def test_check_plan_and_the_arena_run_catch_overlaps(op_index, offset):
     # op 3 at 128 would overwrite %2 while its alias %3 is still to be read; op 7 at 0
     # would sit in the scratch of the matmul that reads it.
-    module = _planned(scratch=_matmul_scratch)
+    module = _planned()
     module.main.body.ops[op_index].attrs["arena_offset"] = offset
     with pytest.raises(AssertionError, match="overlap"):
         check_plan(module.main)
@@ -160,9 +156,10 @@ def test_random_programs_run_correctly_from_the_arena(module, in_place):
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(2)]
     want = run(module, xs)
-    scratch = lambda op: 96 if op.name in ("cuvil.transpose", "cuvil.matmul") else 0  # noqa: E731
-    run_pipeline(module, [FuseEpilogues(), FuseElementwise(), MemoryPlan(scratch=scratch, in_place=in_place)],
-                 verify_each=True)
+    for op in module.main.body.ops:  # kernel plans asking for scratch
+        if op.name in ("cuvil.transpose", "cuvil.matmul"):
+            op.attrs["kernel_plan"] = {"scratch": 96}
+    run_pipeline(module, [FuseEpilogues(), FuseElementwise(), MemoryPlan(in_place=in_place)], verify_each=True)
     check_plan(module.main)
     for got, ref in zip(run_in_arena(module, xs), want):
         np.testing.assert_array_equal(got, ref)

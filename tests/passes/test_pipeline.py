@@ -15,7 +15,7 @@ from cuvil.passes import MemoryPlan, check_plan, default_pipeline, run_pipeline
 from tests.passes.helpers import MODELS, assert_close, captured, random_inputs, reference, run_in_arena
 
 ORDER = ["infer-shapes", "canonicalize", "fold-fake-quant", "constant-fold", "fold-batch-norm", "dce", "fuse-epilogues",
-         "fuse-elementwise", "fuse-attention", "quantize-weights", "memory-plan"]
+         "fuse-elementwise", "fuse-attention", "quantize-weights", "select-kernels", "memory-plan", "select-storage"]
 
 
 def test_default_order_and_pass_form():
@@ -26,10 +26,9 @@ def test_default_order_and_pass_form():
 
 
 def test_options_set_fields_and_drop_passes():
-    scratch = lambda op: 64  # noqa: E731
-    passes = default_pipeline(memory_plan={"scratch": scratch, "in_place": False}, fuse_elementwise=False)
+    passes = default_pipeline(memory_plan={"in_place": False}, fuse_elementwise=False)
     assert [p.name for p in passes] == [n for n in ORDER if n != "fuse-elementwise"]
-    assert passes[-1] == MemoryPlan(scratch=scratch, in_place=False)
+    assert passes[-2] == MemoryPlan(in_place=False)
     with pytest.raises(CuvilError, match="unknown pipeline option.*fuse_everything"):
         default_pipeline(fuse_everything=True)
     with pytest.raises(CuvilError, match="constant_fold"):

@@ -7,9 +7,10 @@ import numpy as np
 from cuvil.api import _JitModel
 from cuvil.backend.llvm.codegen import generate
 from cuvil.backend.llvm.jit import JitEngine
+from cuvil.backend.llvm.select import KernelTarget
 from cuvil.backend.llvm.target import host_target
 from cuvil.options import CompileOptions, Quantization
-from cuvil.passes.pipeline import optimise
+from cuvil.passes.pipeline import optimise, plan_for
 
 
 def quantized(module, method: str, **options):
@@ -19,9 +20,11 @@ def quantized(module, method: str, **options):
 
 
 def run_native(module, arrays, vector_bits: int, int8=None, bf16=None) -> tuple[np.ndarray, ...]:
-    """JIT on this host; `int8` / `bf16` (qgemm8.Int8Isa) pick the int8 / bf16 dot
-    product (default generic)."""
-    gen = generate(module, "qtest", vector_bits, int8=int8, bf16=bf16)
+    """JIT on this host, kernels selected (and memory planned again) for vectors of
+    `vector_bits`; `int8` / `bf16` (gemm_dot.Int8Isa) pick the int8 / bf16 dot product
+    (default generic)."""
+    plan_for(module, KernelTarget.of(None, vector_bits, int8, bf16))
+    gen = generate(module, "qtest")
     return _JitModel(JitEngine(gen, host_target()), gen, module)(*arrays)
 
 

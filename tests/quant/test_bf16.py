@@ -15,13 +15,15 @@ import torch
 import cuvil
 from cuvil.api import _to_ir
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.qgemm8 import BF16_GENERIC, Int8Isa, bf16_isa
-from cuvil.backend.llvm.qkernels import bf16_transposed
+from cuvil.backend.llvm.gemm_dot import BF16_GENERIC, Int8Isa, bf16_isa
+from cuvil.backend.llvm.kernels.bf16 import bf16_transposed
+from cuvil.backend.llvm.select import KernelTarget
 from cuvil.backend.llvm.target import Target, compile_to_asm, host_target
 from cuvil.errors import CuvilError
 from cuvil.ir import interpreter
 from cuvil.ir.ops.quant import bf16_decode, bf16_encode, bf16_round
 from cuvil.options import Quantization
+from cuvil.passes.pipeline import plan_for
 from cuvil.passes.quantize_weights import weight_bytes
 from tests.quant.helpers import quantized, run_native
 from tests.quant.test_int8_kernels import _Convs, _Linears
@@ -203,7 +205,7 @@ class _PairPlanes(torch.nn.Module):
 @pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
 @pytest.mark.parametrize("vector_bits", [128, 256, 512])
 def test_bf16_convs_from_plane_pairs_match_the_interpreter(isa, vector_bits):
-    from cuvil.backend.llvm.qkernels import pair_planes
+    from cuvil.backend.llvm.kernels.bf16 import pair_planes
     x = torch.randn(2, 4, 27, 37, generator=torch.Generator().manual_seed(16))
     _check(_PairPlanes().eval(), x, vector_bits, isa)
     module = _bf16_module(_PairPlanes().eval(), x)
@@ -398,6 +400,6 @@ def test_cross_compiled_bf16_kernels_use_vdpbf16ps_where_the_target_has_it(featu
     x = torch.randn(7, 130)
     module = _bf16_module(_Linears().eval(), x)
     target = Target("x86_64-unknown-linux-gnu", "sapphirerapids" if want else "skylake-avx512", features)
-    asm = compile_to_asm(generate(module, "bx", target.vector_bits, target=target).llvm_ir, target)
+    asm = compile_to_asm(generate(plan_for(module, KernelTarget.of(target)), "bx").llvm_ir, target)
     assert any("vdpbf16ps" in line and "zmm" in line for line in asm.splitlines()) == want
     assert ("vcvtneps2bf16" in asm) == want

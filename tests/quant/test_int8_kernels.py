@@ -13,9 +13,11 @@ import torch
 
 from cuvil.api import _to_ir
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.qgemm8 import Int8Isa, int8_isa
+from cuvil.backend.llvm.gemm_dot import Int8Isa, int8_isa
+from cuvil.backend.llvm.select import KernelTarget
 from cuvil.backend.llvm.target import Target, compile_to_asm, host_target
 from cuvil.ir import interpreter
+from cuvil.passes.pipeline import plan_for
 from tests.quant.helpers import quantized, run_native
 
 HOST_AVX2 = host_target().has_feature("avx2")
@@ -139,7 +141,7 @@ def test_aarch64_int8_kernels_use_sdot_with_the_dot_product_extension(features, 
     x = torch.randn(7, 130, generator=torch.Generator().manual_seed(1))
     module = _int8_module(_Linears().eval(), x, ACTS, seed=0)
     target = Target.from_triple("aarch64-unknown-linux-gnu", "generic", features)
-    asm = compile_to_asm(generate(module, "qa", target.vector_bits, target=target).llvm_ir, target)
+    asm = compile_to_asm(generate(plan_for(module, KernelTarget.of(target)), "qa").llvm_ir, target)
     assert any(line.split()[:1] == ["sdot"] and ".16b" in line for line in asm.splitlines()) == want
 
 
@@ -152,7 +154,7 @@ def test_cross_compiled_int8_kernels_use_the_targets_dot_product(features, vecto
     module = _int8_module(_Linears().eval(), x, ACTS, seed=0)
     target = Target("x86_64-unknown-linux-gnu", "sapphirerapids" if "vnni" in features else "znver3", features)
     assert target.vector_bits == vector_bits
-    asm = compile_to_asm(generate(module, "qx", target.vector_bits, target=target).llvm_ir, target)
+    asm = compile_to_asm(generate(plan_for(module, KernelTarget.of(target)), "qx").llvm_ir, target)
     assert want in asm and unwanted not in asm
     reg = "zmm" if vector_bits == 512 else "ymm"
     assert any(want in line and reg in line for line in asm.splitlines())

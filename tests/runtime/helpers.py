@@ -12,7 +12,7 @@ import torch
 from cuvil import api
 from cuvil.backend.header import render_header
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.kernels import memory_plan_options
+from cuvil.backend.llvm.select import KernelTarget, kernel_passes
 from cuvil.backend.llvm.target import compile_to_object, host_target
 from cuvil.backend.llvm.weights import weights_object
 from cuvil.native import link_artifact
@@ -56,9 +56,9 @@ def build_model(module: torch.nn.Module, examples: tuple, prefix: str, out_dir: 
     """Compile `module` to model.o + weights.o and write a manifest-faithful header."""
     module.eval()
     ir = api._to_ir(module, examples)
-    run_pipeline(ir, default_pipeline(memory_plan=memory_plan_options()))
     target = host_target()
-    gen = generate(ir, prefix, target.vector_bits)
+    run_pipeline(ir, default_pipeline(**kernel_passes(KernelTarget.of(target))))
+    gen = generate(ir, prefix)
     out_dir.mkdir(parents=True, exist_ok=True)
     objects = [out_dir / "model.o", out_dir / "weights.o"]
     objects[0].write_bytes(compile_to_object(gen.llvm_ir, target))

@@ -12,7 +12,7 @@ from .core import Function, Module, Op
 
 
 # Attributes the memory planner adds; they do not change what an op computes.
-PLAN_ATTRS = frozenset({"arena_offset", "alias", "scratch_offset", "scratch_bytes"})
+PLAN_ATTRS = frozenset({"arena_offset", "alias", "scratch_offset", "scratch_bytes", "kernel_plan"})
 
 
 def evaluate_op(op: Op, args: list[np.ndarray], dims: dict[str, int] | None = None) -> list[np.ndarray]:

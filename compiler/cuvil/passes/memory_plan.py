@@ -7,12 +7,13 @@ Contract with the backend (codegen reads these attributes):
   `attrs["alias"] = True` and its operand's offset; the operand lives as long as it;
 - a `cuvil.fused` op may write over an operand of its own shape and dtype that dies at
   it (no later use, not aliased): it then has that operand's offset; so may a
-  `cuvil.conv2d` over an epilogue operand (2 on) where `in_place_conv(op)` says its
-  kernel reads each such value before writing it (the backend's
-  kernels.residual_in_place for the target; the code generator checks it again);
-- `scratch(op) > 0` reserves bytes live only during op: `attrs["scratch_offset"]`
-  (and `attrs["scratch_bytes"]`); `reads(op)` names values op's kernel reads beyond its
-  operands, which then live until op too;
+  `cuvil.conv2d` over an epilogue operand (2 on) where its kernel plan (`attrs["kernel_plan"]`,
+  from the backend's kernel selection for the target) says `in_place`: its kernel reads
+  each such value before writing it;
+- a kernel plan's `scratch` bytes are reserved live only during op:
+  `attrs["scratch_offset"]` (and `attrs["scratch_bytes"]`); a plan's `reads_producer`
+  keeps the operands of the op that defines op's input alive until op (its kernel may
+  run that op inside itself);
 - symbolic dims are planned at their upper bounds (`fn.attrs["dim_bounds"]`, name ->
   [lo, hi]): the offsets are fixed, every shape within the bounds fits;
 - `fn.attrs["arena_size"]` is the arena's size (a multiple of ALIGN) and
@@ -25,7 +26,7 @@ gap between the tensors already placed whose lifetimes overlap its own (best fit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from ..errors import CuvilError
 from ..ir import Function, Module, Op, Value
@@ -83,13 +84,17 @@ def _place(buffers: list[Buffer]) -> int:
     return max((b.offset + b.size for b in placed), default=0)
 
 
+def _extra_reads(op: Op) -> tuple:
+    """Values op's kernel reads beyond its operands (its plan's `reads_producer`)."""
+    if not (op.attrs.get("kernel_plan") or {}).get("reads_producer"):
+        return ()
+    return tuple(op.operands[0].defining_op.operands)
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
     name = "memory-plan"
-    scratch: Optional[Callable[[Op], int]] = None
     in_place: bool = True
-    in_place_conv: Optional[Callable[[Op], bool]] = None
-    reads: Optional[Callable[[Op], Sequence[Value]]] = None
 
     def apply(self, module: Module) -> None:
         for fn in module.functions.values():
@@ -100,7 +105,7 @@ class MemoryPlan:
         bounds = fn.attrs.get("dim_bounds") or {}
         last_use = {}
         for i, op in enumerate(ops):
-            for v in [*op.operands, *(self.reads(op) if self.reads else ())]:
+            for v in [*op.operands, *_extra_reads(op)]:
                 last_use[id(v)] = i
         returned = {id(v) for v in fn.outputs}
         home: dict[int, Buffer] = {}  # value id -> its buffer
@@ -114,7 +119,7 @@ class MemoryPlan:
             if len(op.results) != 1:
                 raise CuvilError(f"memory planning supports single-result ops, not {op.name}")
             r = op.result
-            extra = self.scratch(op) if self.scratch else 0
+            extra = (op.attrs.get("kernel_plan") or {}).get("scratch", 0)
             if extra > 0:
                 scratch.append((op, Buffer(i, i, _align(extra))))
             if id(r) in returned:
@@ -148,7 +153,7 @@ class MemoryPlan:
             return None
         if op.name == "cuvil.fused":
             candidates = op.operands
-        elif op.name == "cuvil.conv2d" and self.in_place_conv is not None and self.in_place_conv(op):
+        elif op.name == "cuvil.conv2d" and (op.attrs.get("kernel_plan") or {}).get("in_place"):
             # not a residual that is also the conv's input (read at other positions)
             candidates = [v for v in op.operands[2:] if all(v is not w for w in op.operands[:2])]
         else:

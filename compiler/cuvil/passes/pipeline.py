@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
+from ..backend.llvm.select import KernelTarget, SelectKernels, SelectStorage, kernel_passes
 from ..errors import CuvilError, VerifyError
 from ..ir import Module, verify
 from ..options import CALIBRATED, CalibrationFiles, CompileOptions
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 def default_pipeline(**options) -> list[Pass]:
     """The passes in order. Each option is named after a pass (snake_case: `memory_plan`)
     and is a dict of that pass's fields, or False to leave the pass out:
-    `default_pipeline(memory_plan={"scratch": f}, fuse_elementwise=False)`."""
+    `default_pipeline(memory_plan={"in_place": False}, fuse_elementwise=False)`. The
+    kernel selection passes do nothing without a target: `**kernel_passes(target)`."""
     passes: list[Pass] = [
         InferShapes(),           # re-derive every result type (symbolic dims flow through)
         Canonicalize(),          # batch_norm -> mul + add; drop no-op casts/reshapes; sub/div by constants
@@ -41,7 +43,9 @@ def default_pipeline(**options) -> list[Pass]:
         FuseElementwise(),       # every other elementwise chain into cuvil.fused loops
         FuseAttention(),         # matmul -> softmax -> matmul: one attention op (no score matrix)
         QuantizeWeights(),       # conv/matmul weights in a narrower type (quantization option)
+        SelectKernels(),         # each op's kernel for the target: form, weight layout, scratch, in place
         MemoryPlan(),            # arena offsets for all intermediates (liveness, aliases, in place)
+        SelectStorage(),         # results kept as bf16 plane pairs where every reader takes them
     ]
     by_key = {p.name.replace("-", "_"): p for p in passes}
     unknown = sorted(set(options) - set(by_key))
@@ -72,6 +76,15 @@ def run_pipeline(module: Module, passes: Sequence[Pass] | None = None, verify_ea
     return module
 
 
+def plan_for(module: Module, target: KernelTarget) -> Module:
+    """Select kernels and plan memory again for another target (the last three passes of
+    the pipeline), unless the module's plans are for it already."""
+    fn = module.main
+    if fn.attrs.get("kernel_target") is not None and KernelTarget.recorded(fn) == target:
+        return module
+    return run_pipeline(module, [SelectKernels(target), MemoryPlan(), SelectStorage(target)])
+
+
 def compile_passes(options: CompileOptions, target: Target | None, report: bool = False) -> list[Pass]:
     """The passes for a compilation with `options` for `target` (None where no target is
     known yet: `cuvil inspect`, `quant-report`; the memory plan then makes no choice
@@ -79,8 +92,6 @@ def compile_passes(options: CompileOptions, target: Target | None, report: bool 
 
     The quantization's calibration must be input tuples by now (a config's files are
     loaded by the compile stage, build.optimised_module)."""
-    from ..backend.llvm.kernels import memory_plan_options
-
     q = options.quantization
     files = isinstance(q.calibration, CalibrationFiles)
     if files and q.has_calibration and q.weights_method in CALIBRATED:
@@ -95,7 +106,7 @@ def compile_passes(options: CompileOptions, target: Target | None, report: bool 
         fold_fake_quant={"required": q.qat, "activation": q.activation if q.qat else ""},
         fuse_epilogues={} if options.fuse else False,
         quantize_weights=weights,
-        memory_plan=memory_plan_options(target.vector_bits if target is not None else None),
+        **(kernel_passes(KernelTarget.of(target)) if target is not None else {}),
     )
 
 

@@ -5,8 +5,8 @@ kernels take, `int8_candidate`) whose operands are f32 gets its weight as a
 `cuvil.dequantize {scheme = "bf16"}` of the weight's bfloat16 bytes (half the f32 size)
 and `act_quant = {dtype: bf16}`: the input is rounded to bfloat16 too, the products are
 exact in f32 and summed in f32 (ir/ops/quant.py). The backend runs these in the
-narrow-type GEMM (qgemm8.py) with AVX-512-BF16's `vdpbf16ps` where the target has it
-and in the f32 GEMMs on bf16 operands elsewhere (qkernels.py). Everything else (depthwise convs,
+narrow-type GEMM (backend gemm_dot.py) with AVX-512-BF16's `vdpbf16ps` where the target has it
+and in the f32 GEMMs on bf16 operands elsewhere (backend kernels/quantized.py). Everything else (depthwise convs,
 attention products, elementwise ops) stays f32.
 
 A converted conv's result that only converted convs read, at least one of them in its
@@ -14,7 +14,7 @@ epilogue (a residual: the stream of a ResNet or MobileNetV2 between blocks), is 
 to bfloat16 at the end of its own epilogue (a `fake_quant {dtype: bf16}` step of its
 `post`), as the convs reading it as their input round it anyway: the values are then
 bf16 wherever they are read, and a backend may keep them as bf16 codes, half the bytes
-(qkernels.stored_pairs). The residual additions see the rounded values (as in OpenVINO's
+(backend kernels/bf16.py, stored_pairs). The residual additions see the rounded values (as in OpenVINO's
 bf16 mode); everything else is unchanged.
 """
 from __future__ import annotations

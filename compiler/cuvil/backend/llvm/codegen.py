@@ -18,23 +18,23 @@ from llvmlite import ir
 
 from ...errors import BackendError
 from ...ir import Module, Value
-from ...ir.ops import ANCHORS, ELEMENTWISE
-from ...ir.interpreter import PLAN_ATTRS
+from ...ir.ops import ELEMENTWISE
 from ...ir import symdim
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
-from .emit import I8, I64, MEM_TYPES, PTR, emit_memcpy, i64
-from .custom import emit_custom
-from .kernels import (EMITTERS, KernelArgs, conv_transposed, conv_weights_packed, conv_winograd, k_copy,
-                      residual_in_place, scratch_bytes, winograd_weights)
+from .emit import I64, MEM_TYPES, PTR, emit_memcpy, i64
 from .gemm import pack_b
-from . import fuse_pw_dw, qkernels
-from .qgemm8 import BF16_GENERIC, GENERIC, bf16_isa, int8_isa
+from .kernels import bf16, fuse_pw_dw, quantized
+from .kernels.args import KernelArgs
+from .kernels.conv_shapes import conv_weights_packed
+from .kernels.custom import emit_custom
+from .kernels.data import k_copy
+from .kernels.registry import EMITTERS
+from .kernels.schemes import quantized_weight
+from .kernels.winograd import winograd_weights
+from .select import KernelTarget, inlinable, kernel_attrs, plan_of
 from .symbolic import FnSizes, KType, Size, SymbolicDecision, body_block, emitting
 from .weights import WEIGHTS_ALIGN, declare_weights
-
-_PLAN_ATTRS = PLAN_ATTRS
-
 
 @dataclass
 class Generated:
@@ -57,29 +57,14 @@ def _align(n: int, a: int = WEIGHTS_ALIGN) -> int:
     return -(-n // a) * a
 
 
-def _is_scalar_const(v: Value) -> bool:
-    op = v.defining_op
-    return op is not None and op.name == "cuvil.constant" and op.value.size == 1
-
-
-def _inlinable(op, i: int) -> bool:
-    """Operands that kernels take as immediates: scalars of fused programs / epilogues."""
-    if op.name == "cuvil.fused" or op.name in ELEMENTWISE:
-        return _is_scalar_const(op.operands[i])
-    if op.name in ANCHORS and i >= 2:
-        return _is_scalar_const(op.operands[i])
-    return False
-
-
 class _Codegen:
-    def __init__(self, module: Module, prefix: str, vector_bits: int, profile: bool = False,
-                 specialize=(), int8=None, bf16=None):
+    def __init__(self, module: Module, prefix: str, target: KernelTarget, profile: bool = False, specialize=()):
         self.profile = profile
         self.specializations = [dict(s) for s in specialize]
         self.profile_ops: list = []
-        self.vw = max(vector_bits // 32, 1)
-        self.int8 = int8 or GENERIC
-        self.bf16 = bf16 or BF16_GENERIC
+        self.vw = target.lanes
+        self.int8 = target.int8
+        self.bf16 = target.bf16
         self.fn = module.main
         self.prefix = prefix
         self.mod = ir.Module(name=prefix)
@@ -89,9 +74,9 @@ class _Codegen:
         self.bounds = {k: tuple(v) for k, v in (self.fn.attrs.get("dim_bounds") or {}).items()}
         self.symbols = symbol_order(module, self.bounds)
         self.fixed: dict[str, int] = {}  # the specialisation being emitted (symbol -> value)
-        # set by generate (static shapes only, so the same for every specialisation):
-        self.fused: dict[int, object] = {}  # id(depthwise conv) -> the 1x1 conv it runs fused with
-        self.pairs: set[int] = set()  # ids of the ops whose results are plane pairs of codes
+        # set by generate from the kernel plans (static shapes only, so the same for every
+        # specialisation): id(depthwise conv) -> the 1x1 conv it runs fused with
+        self.fused: dict[int, object] = {}
 
     # -- symbolic dims, as seen by the forward being emitted ----------------------------------
     def _dim(self, d):
@@ -106,17 +91,10 @@ class _Codegen:
         dims += [d for key in type(op).dim_attrs for d in op.attrs.get(key) or []]
         return set().union(set(), *(symdim.symbols(symdim.bind(d, self.fixed)) for d in dims if isinstance(d, str)))
 
-    def _packs_b(self, op) -> bool:
-        """A matmul whose B is a constant 2-D f32 matrix, or a transposed conv
-        (kernels.conv_transposed): B / W^T is stored packed in panels."""
-        if op.name == "cuvil.conv2d":
-            return conv_transposed(op, self.vw) or conv_winograd(op, self.vw)
-        if op.name != "cuvil.matmul":
-            return False
-        b_val = op.operands[1]
-        d = b_val.defining_op
-        return (d is not None and d.name == "cuvil.constant" and b_val.type.rank == 2
-                and b_val.dtype == "f32" and op.result.dtype == "f32")
+    @staticmethod
+    def _packs_b(op) -> bool:
+        """Its kernel plan stores operand 1 transformed (panels, Winograd)."""
+        return "weights" in plan_of(op)
 
     def _add_blob(self, key, array: np.ndarray) -> None:
         data = np.ascontiguousarray(array)
@@ -132,44 +110,42 @@ class _Codegen:
             uses = [(u, i) for u in op.result.uses for i, v in enumerate(u.operands) if v is op.result]
             packers = [u for u, i in uses if i == 1 and self._packs_b(u)]
             if packers:  # a matmul's B or a conv's weight
-                if op.value.ndim == 2:
+                layout = plan_of(packers[0])["weights"]
+                if layout == "panels":
                     packed = pack_b(op.value, self.vw)
-                elif conv_winograd(packers[0], self.vw):
+                elif layout == "winograd":
                     packed = winograd_weights(op.value)
                 else:
                     packed = conv_weights_packed(op.value, self.vw)
                 self._add_blob((id(op.result), "packed"), packed)
-            if any(not _inlinable(u, i) and not (i == 1 and self._packs_b(u)) and u.name != "cuvil.dequantize"
+            if any(not inlinable(u, i) and not (i == 1 and self._packs_b(u)) and u.name != "cuvil.dequantize"
                    for u, i in uses):
                 self._add_blob(id(op.result), op.value)
         for op in self.fn.body.ops:  # int4 weights, in the layout their kernels read (qkernels.py)
             if op.name == "cuvil.dequantize":
-                self._add_blob(id(op.result), qkernels.quantized_blob(op, self.vw, self.int8, self.bf16))
+                self._add_blob(id(op.result), quantized.quantized_blob(op, plan_of(op)["layout"], self.vw, self.int8))
         self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
 
     def _signature(self, op, aliased: bool):
         """(cache key, attrs, inlined constants, emitter) of op's kernel."""
         consts = {i: op.operands[i].defining_op.value.reshape(()).item()
-                  for i in range(len(op.operands)) if _inlinable(op, i)}
-        attrs = {k: v for k, v in op.attrs.items() if k not in _PLAN_ATTRS}
-        if id(op) in self.pairs:
-            attrs["out_pairs"] = True
-        paired = [i for i, v in enumerate(op.operands) if v.defining_op is not None and id(v.defining_op) in self.pairs]
-        if 0 in paired:
-            attrs["in_pairs"] = True
-        if any(i >= 2 for i in paired):  # epilogue operands stored as pairs (a residual: qkernels.reads_pairs_extra)
-            attrs["pairs_extras"] = [i for i in paired if i >= 2]
+                  for i in range(len(op.operands)) if inlinable(op, i)}
+        attrs = kernel_attrs(op)
+        plan = plan_of(op)
+        for key in ("out_pairs", "in_pairs", "pairs_extras"):  # plane pairs (select.SelectStorage)
+            if key in plan:
+                attrs[key] = plan[key]
         packed = self._packs_b(op)
-        q4 = qkernels.quantized_weight(op)
+        q4 = quantized_weight(op)
         bound = sorted((k, v) for k, v in self.fixed.items() if k in op_types_symbols(op))
         key = "|".join([op.name, format_attrs(attrs), str(op.result.type),
                         ",".join(str(v.type) for v in op.operands), repr(sorted(consts.items())), str(aliased),
-                        str(packed), str(q4), repr(bound)])
+                        str(packed), str(q4), repr(bound), format_attrs(plan)])
         emitter = k_copy if op.name == "cuvil.reshape" else EMITTERS.get(op.name)
         if op.name == "cuvil.custom":  # a call to a plugin's C function (custom.py)
             emitter = emit_custom
         if q4:
-            emitter = qkernels.EMITTERS[op.name]
+            emitter = quantized.EMITTERS[op.name]
         if op.name in ELEMENTWISE:  # a bare elementwise op (fusion turned off): a one-step program
             attrs = {"program": [[op.name.split(".", 1)[1], list(range(len(op.operands))), attrs]]}
             emitter = EMITTERS["cuvil.fused"]
@@ -218,35 +194,37 @@ class _Codegen:
         f, b = self._function(op, n_args, aliased, symbolic)
         dims = f.args[n_args] if symbolic else None
         types = [self._ktype(t) for t in [op.result.type] + [v.type for v in op.operands]]
-        if attrs.get("out_pairs") and qkernels.passes_pairs(op):  # it runs on the pairs as they are
-            types, attrs = qkernels.pairs_view(op.name, types, attrs)
+        if attrs.get("out_pairs") and bf16.passes_pairs(op):  # it runs on the pairs as they are
+            types, attrs = bf16.pairs_view(op.name, types, attrs)
         typed = [b.bitcast(a, MEM_TYPES[t.dtype].as_pointer()) for a, t in zip(f.args[:n_args - 1], types)]
         args = KernelArgs(out=typed[0], out_type=types[0],
                           ins=[None if i in consts else p for i, p in enumerate(typed[1:])],
                           in_types=types[1:], attrs=dict(attrs), consts=consts,
-                          vw=self.vw, scratch=f.args[n_args - 1], packed_b=self._packs_b(op), dims=dims,
-                          symbols=self.symbols, int8=self.int8, bf16=self.bf16)
+                          vw=self.vw, scratch=f.args[n_args - 1], dims=dims,
+                          symbols=self.symbols, int8=self.int8, bf16=self.bf16, plan=plan_of(op))
         self._emit(op, f, b, emitter, args)
         self.kernels[key] = f
         return f
 
     def fused_producer(self, op):
-        """The 1x1 conv that op (a depthwise conv) runs fused with on this target
-        (fuse_pw_dw), or None."""
-        a = fuse_pw_dw.pointwise_producer(op)
-        if a is None or "scratch_offset" not in op.attrs or \
-                not fuse_pw_dw.fusable(a, op, self.vw, self._packs_b(a), self._own_args(op)):
+        """The 1x1 conv that op (a depthwise conv) runs fused with (its plan's form
+        "fused_depthwise"), or None."""
+        if plan_of(op).get("form") != "fused_depthwise":
             return None
-        # a plan made without the backend's `reads` (kernels.memory_plan_options) may have
-        # given op's scratch or result the bytes of the 1x1 conv's operands: then both run
-        # unfused
+        a = op.operands[0].defining_op
+        if "scratch_offset" not in op.attrs:
+            raise BackendError(f"{op.name}" + (f" ({op.loc})" if op.loc else "") + " runs fused but has no scratch: "
+                               "plan memory after kernel selection")
+        # the memory plan keeps the 1x1 conv's operands alive until op (`reads_producer`):
+        # op's scratch and result never take their bytes
         written = [(op.attrs["scratch_offset"], op.attrs["scratch_bytes"])]
         if "arena_offset" in op.attrs:
             written.append((op.attrs["arena_offset"], self._ktype(op.result.type).nbytes))
         for v in a.operands:
             at = v.defining_op.attrs.get("arena_offset") if v.defining_op is not None else None
             if at is not None and any(at < lo + n and lo < at + self._ktype(v.type).nbytes for lo, n in written):
-                return None
+                raise BackendError(f"{op.name}" + (f" ({op.loc})" if op.loc else "") + " runs fused, but its memory "
+                                   "plan overwrites the 1x1 conv's operands: plan memory after kernel selection")
         return a
 
     def _own_args(self, op, sig=None) -> KernelArgs:
@@ -254,7 +232,7 @@ class _Codegen:
         _, attrs, consts, _ = sig or self._signature(op, False)
         return KernelArgs(out=None, out_type=self._ktype(op.result.type), ins=[None] * len(op.operands),
                           in_types=[self._ktype(v.type) for v in op.operands], attrs=dict(attrs), consts=consts,
-                          vw=self.vw)
+                          vw=self.vw, plan=plan_of(op))
 
     def fused_kernel(self, a, dw) -> ir.Function:
         """The kernel of the 1x1 conv `a` fused into the depthwise conv `dw`: arguments
@@ -317,8 +295,6 @@ class _Codegen:
             a = self.fused_producer(op) if op.name == "cuvil.conv2d" else None
             if a is not None:
                 self.fused[id(op)] = a
-        in_fused = set(self.fused) | {id(a) for a in self.fused.values()}
-        self.pairs = qkernels.stored_pairs(fn.body.ops, {id(v) for v in fn.outputs}, self.bf16, self.vw, in_fused)
         wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
         if not self.specializations:
             self._forward(f"{self.prefix}_forward", fn, wsym)
@@ -407,7 +383,7 @@ class _Codegen:
 
         def operand_ptrs(op):
             packed = self._packs_b(op)
-            return [None if _inlinable(op, i) else
+            return [None if inlinable(op, i) else
                     b.gep(wbase, [i64(self.weight_offsets[(id(v), "packed")])], inbounds=True) if packed and i == 1
                     else where(v) for i, v in enumerate(op.operands)]
 
@@ -423,14 +399,14 @@ class _Codegen:
             real = [p for p in ptrs if p is not None]
             aliased = len({id(p) for p in real}) < len(real) or op.name == "cuvil.fused"
             planned = op.attrs.get("arena_offset")
-            if op.name == "cuvil.conv2d" and planned is not None and not residual_in_place(op, self.vw) and any(
+            if op.name == "cuvil.conv2d" and planned is not None and not plan_of(op).get("in_place") and any(
                     v.defining_op is not None and v.defining_op.attrs.get("arena_offset") == planned
                     for v in op.operands[2:]):
                 raise BackendError(f"{op.name}" + (f" ({op.loc})" if op.loc else "") + " was planned to write over its "
                                    f"residual, which its kernel at {self.vw * 32}-bit vectors cannot: plan memory "
                                    "for this target (kernels.memory_plan_options)")
-            if scratch_bytes(op) and "scratch_offset" not in op.attrs:
-                raise BackendError(f"{op.name} needs {scratch_bytes(op)} bytes of scratch but has no "
+            if plan_of(op).get("scratch") and "scratch_offset" not in op.attrs:
+                raise BackendError(f"{op.name} needs {plan_of(op)['scratch']} bytes of scratch but has no "
                                    "scratch_offset: plan memory with the backend's scratch sizes")
             kern = self.kernel(op, aliased) if a is None else self.fused_kernel(a, op)
             scratch = (b.gep(arena, [i64(op.attrs["scratch_offset"])], inbounds=True)
@@ -486,19 +462,16 @@ def symbol_order(module: Module, bounds: dict) -> dict[str, int]:
     return order
 
 
-def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128,
-             profile: bool = False, specialize=(), target=None, int8=None, bf16=None) -> Generated:
-    """LLVM IR text and the weights blob for a planned module.
-
-    `target` (a target.Target) picks the int8 dot product (qgemm8.int8_isa: vpmaddwd on
-    x86, vpdpbusd where the features name VNNI) and the bf16 one (qgemm8.bf16_isa:
-    vdpbf16ps where they name AVX-512-BF16); `int8` / `bf16` (qgemm8.Int8Isa) override
-    them. Without either the kernels use the generic forms.
+def generate(module: Module, prefix: str = "cuvil_model", profile: bool = False, specialize=()) -> Generated:
+    """LLVM IR text and the weights blob for a module whose ops carry kernel plans
+    (select.SelectKernels / SelectStorage for a target, then the memory plan): the code
+    is for the target the plans were made for (`fn.attrs["kernel_target"]`).
 
     `specialize`: symbol -> value mappings (`[{"seq_len": 128}]`); for each, the forward
     is also generated with those dims fixed at compile time, and runs whose dims match
     take it (the first match; otherwise the general code)."""
-    bounds = module.main.attrs.get("dim_bounds") or {}
+    fn = module.main
+    bounds = fn.attrs.get("dim_bounds") or {}
     for i, env in enumerate(specialize):
         for name, value in env.items():
             if name not in bounds:
@@ -509,8 +482,6 @@ def generate(module: Module, prefix: str = "cuvil_model", vector_bits: int = 128
                 raise BackendError(f"specialize[{i}]: {name} = {value!r} is outside its bounds [{lo}, {hi}]")
     if specialize and profile:
         raise BackendError("profiling a model with specialisations is not supported")
-    if profile and sum(op.name not in ("cuvil.constant", "cuvil.return") for op in module.main.body.ops) > 4096:
+    if profile and sum(op.name not in ("cuvil.constant", "cuvil.return") for op in fn.body.ops) > 4096:
         raise BackendError("profiling supports up to 4096 ops")
-    vw = max(vector_bits // 32, 1)
-    isa = int8 or int8_isa(target, vw)
-    return _Codegen(module, prefix, vector_bits, profile, specialize, isa, bf16 or bf16_isa(target, vw)).generate()
+    return _Codegen(module, prefix, KernelTarget.recorded(fn), profile, specialize).generate()

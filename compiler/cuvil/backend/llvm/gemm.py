@@ -14,18 +14,19 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .emit import I64, i64, round_bf16
+from .emit import i64, round_bf16
 from .loops import alloca_in_entry, for_range
 from .symbolic import is_runtime
+from .vectors import imin
 
 CONTRACT = ("contract",)
 
 
-def _vec_ptr(b, ptr, index, vty):
+def vec_ptr(b, ptr, index, vty):
     return b.bitcast(b.gep(ptr, [index], inbounds=True), vty.as_pointer())
 
 
-def _splat(b, x, vty):
+def splat(b, x, vty):
     undef = ir.Constant(vty, ir.Undefined)
     v = b.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
     return b.shuffle_vector(v, undef, ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
@@ -77,7 +78,7 @@ def emit_round_run(b, src, dst, begin, count, vw):
     whole = b.sdiv(count, i64(vw)) if not isinstance(count, int) else i64(count // vw)
     with for_range(b, whole, name="rv") as v:
         at = b.add(begin, b.mul(v, i64(vw)))
-        b.store(round_bf16(b, b.load(_vec_ptr(b, src, at, vty), align=4)), _vec_ptr(b, dst, at, vty), align=4)
+        b.store(round_bf16(b, b.load(vec_ptr(b, src, at, vty), align=4)), vec_ptr(b, dst, at, vty), align=4)
     tail = b.srem(count, i64(vw)) if not isinstance(count, int) else i64(count % vw)
     with for_range(b, tail, name="rt") as j:
         at = b.add(b.add(begin, b.mul(whole, i64(vw))), j)
@@ -95,12 +96,12 @@ def _ld_vec(b, ptr, index, vty):
     """A vector of vty.count operand values starting at index (fp16 / bf16 widened)."""
     if _is_half(ptr):
         hty = ir.VectorType(ir.HalfType(), vty.count)
-        return b.fpext(b.load(_vec_ptr(b, ptr, index, hty), align=2), vty)
+        return b.fpext(b.load(vec_ptr(b, ptr, index, hty), align=2), vty)
     if _is_bf16(ptr):  # exact: a bf16 is the top half of an f32
-        bits = b.load(_vec_ptr(b, ptr, index, ir.VectorType(ir.IntType(16), vty.count)), align=2)
+        bits = b.load(vec_ptr(b, ptr, index, ir.VectorType(ir.IntType(16), vty.count)), align=2)
         ity = ir.VectorType(ir.IntType(32), vty.count)
         return b.bitcast(b.shl(b.zext(bits, ity), ir.Constant(ity, [16] * vty.count)), vty)
-    return b.load(_vec_ptr(b, ptr, index, vty), align=4)
+    return b.load(vec_ptr(b, ptr, index, vty), align=4)
 
 
 # Tiles of at least this many rows prefetch the next panel of a packed B: they do enough
@@ -145,7 +146,7 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
             for v, a in enumerate(row):
                 if accumulate and si == 0:
                     at = b.add(b.add(c_row0, i64(r * ldc)), b.add(j0 if c_j0 is None else c_j0, i64(v * vw)))
-                    b.store(b.load(_vec_ptr(b, C, at, vty), align=4), a)
+                    b.store(b.load(vec_ptr(b, C, at, vty), align=4), a)
                 else:
                     b.store(zero, a)
 
@@ -159,7 +160,7 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
             prefetch_run(b, B, b.add(brow, ahead), nv * vw, _elem_bytes(B))
         for r in range(mr):
             a = _ld(b, A, b.add(b.add(a_row0, i64(r * lda)), k if ldk == 1 else b.mul(k, i64(ldk))))
-            av = _splat(b, round_bf16(b, a) if round_a else a, vty)
+            av = splat(b, round_bf16(b, a) if round_a else a, vty)
             for v in range(nv):
                 acc = acc_set[r][v]
                 b.store(b.fadd(b.load(acc), b.fmul(av, bv[v], flags=CONTRACT), flags=CONTRACT), acc)
@@ -189,7 +190,7 @@ def _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc, j0, K, mr, nv, vw, e
             vec = b.load(accs[r][v])
             if post is not None:
                 vec = post(b, r, b.add(c_j0, i64(v * vw)), vec)
-            b.store(vec, _vec_ptr(b, C, b.add(crow, i64(v * vw)), vty), align=4)
+            b.store(vec, vec_ptr(b, C, b.add(crow, i64(v * vw)), vty), align=4)
         if valid is not None and valid > full:  # the ragged end of the last panel
             vec = b.load(accs[r][full // vw])
             for j in range(valid - full):
@@ -334,13 +335,13 @@ def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None, slot=None, va
     p0, p1 = panels if panels is not None else (i64(0), i64(-(-N // nr)))
     vty = ir.VectorType(ety, vw)
     if full:
-        with for_range(b, _min(b, p1, i64(full)), start=p0, name="pp") as p:
+        with for_range(b, imin(b, p1, i64(full)), start=p0, name="pp") as p:
             with for_range(b, K, name="pk") as k:
                 src = b.add(b.add(b_off, b.mul(k, i64(ldb))), b.mul(p, i64(nr)))
                 out = b.add(b.mul(p if slot is None else slot, i64(K * nr)), b.mul(k, i64(nr)))
                 for v in range(nr // vw):
-                    x = b.load(_vec_ptr(b, B, b.add(src, i64(v * vw)), vty), align=4)
-                    b.store(x if value is None else value(b, x), _vec_ptr(b, dst, b.add(out, i64(v * vw)), vty), align=4)
+                    x = b.load(vec_ptr(b, B, b.add(src, i64(v * vw)), vty), align=4)
+                    b.store(x if value is None else value(b, x), vec_ptr(b, dst, b.add(out, i64(v * vw)), vty), align=4)
     if N % nr == 0:
         return
     zero = ir.Constant(ety, 0.0)
@@ -357,10 +358,6 @@ def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None, slot=None, va
                     else:
                         v = zero
                     b.store(v, b.gep(dst, [b.add(out, i64(j))], inbounds=True))
-
-
-def _min(b, x, y):
-    return b.select(b.icmp_signed("<", x, y), x, y)
 
 
 def packed_work_items(M: int, N: int, vw: int) -> int:
@@ -547,12 +544,12 @@ def emit_gemm_blocked(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K: int, vw, ety
     group = max(1, L2_ROWS_BYTES // (length * 4 * mr))  # row blocks per group
     groups = (full_rows + group) // group  # full_rows + 1 blocks: the partial last may be empty
     apply = getattr(epilogue, "apply", None)
-    f1 = _min(b, p1, i64(full_panels))
+    f1 = imin(b, p1, i64(full_panels))
 
     def sweep(k0, kl, accumulate, last):
         with for_range(b, groups, name="rg") as rg:
             ib0 = b.mul(rg, i64(group))
-            ib1 = _min(b, b.add(ib0, i64(group)), i64(full_rows))
+            ib1 = imin(b, b.add(ib0, i64(group)), i64(full_rows))
             with for_range(b, f1, start=p0, name="bp") as p:
                 slot = p if panel_at is None else panel_at
                 b_off = b.add(b.mul(slot, i64(K * nr)), b.mul(k0, i64(nr)))
@@ -599,4 +596,4 @@ def _widen_slice(b, src, off, rows: int, dst, vw):
     with for_range(b, rows, name="wr") as r:
         at = b.mul(r, i64(nv * vw))
         for v, vec in enumerate(_ld_bf16_row(b, src, b.add(off, at), nv, vw)):
-            b.store(vec, _vec_ptr(b, dst, b.add(at, i64(v * vw)), vty), align=32)
+            b.store(vec, vec_ptr(b, dst, b.add(at, i64(v * vw)), vty), align=32)

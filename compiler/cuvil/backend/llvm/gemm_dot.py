@@ -53,7 +53,7 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
-from .gemm import PREFETCH_ROWS, _splat, _vec_ptr, micro_shape, packed_items, panel_width, prefetch_run, tile_post
+from .gemm import PREFETCH_ROWS, splat, vec_ptr, micro_shape, packed_items, panel_width, prefetch_run, tile_post
 from .loops import alloca_in_entry, for_range
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
@@ -275,8 +275,8 @@ def emit_quantize_rows(b, A, a_off, lda, rows, K, Q, aq, isa, vw=8):
         dst = b.mul(r, i64(kp))
         with for_range(b, K // vw, name="qv") as kv:
             k = b.mul(kv, i64(vw))
-            x = b.load(_vec_ptr(b, A, b.add(src, k), fv), align=4)
-            b.store(_code(b, x, aq, isa), _vec_ptr(b, Q, b.add(dst, k), ir.VectorType(ct, vw)), align=1)
+            x = b.load(vec_ptr(b, A, b.add(src, k), fv), align=4)
+            b.store(_code(b, x, aq, isa), vec_ptr(b, Q, b.add(dst, k), ir.VectorType(ct, vw)), align=1)
         for k in range(K // vw * vw, K):
             x = b.load(b.gep(A, [b.add(src, i64(k))], inbounds=True))
             b.store(_code(b, x, aq, isa), b.gep(Q, [b.add(dst, i64(k))], inbounds=True))
@@ -316,7 +316,7 @@ def emit_quantize_block(b, X, x_off, ldx, K, out, ldo, width, aq, isa, vw, load=
             for i in range(rows):
                 k = b.add(b.mul(kg, i64(g)), i64(i))
                 at = b.add(x_off, b.add(b.mul(k, i64(ldx)), i64(c * vw)))
-                xs.append(b.load(_vec_ptr(b, X, at, fv), align=4) if load is None else load(b, at, c))
+                xs.append(b.load(vec_ptr(b, X, at, fv), align=4) if load is None else load(b, at, c))
             store_group(b, xs, out, b.add(b.mul(kg, i64(ldo)), i64(c * vw)), aq, isa, vw)
     with for_range(b, K // g, name="qg") as kg:
         group(kg, g)
@@ -339,7 +339,7 @@ def group_codes(b, xs, aq, isa, vw):
 def store_group(b, xs, out, pos, aq, isa, vw):
     """group_codes of xs at position pos (i64) of out."""
     ct, g = code_type(isa), isa.group
-    b.store(group_codes(b, xs, aq, isa, vw), _vec_ptr(b, out, b.mul(pos, i64(g)), ir.VectorType(ct, vw * g)), align=1)
+    b.store(group_codes(b, xs, aq, isa, vw), vec_ptr(b, out, b.mul(pos, i64(g)), ir.VectorType(ct, vw * g)), align=1)
 
 
 # -- the dot product ------------------------------------------------------------------------
@@ -409,12 +409,12 @@ def _dot_bf16(b, isa, acc, act, wt, vw):
 
 def _group_vec(b, ptr, index, vw, isa, ty):
     """The vector <vw*G x ty> at element index of ptr (ty*)."""
-    return b.load(_vec_ptr(b, ptr, index, ir.VectorType(ty, vw * isa.group)), align=1)
+    return b.load(vec_ptr(b, ptr, index, ir.VectorType(ty, vw * isa.group)), align=1)
 
 
 def _bcast(b, ptr32, index, vw, isa):
     """One group (an i32 at index of ptr32) splatted to <vw*G x i16 / i8>."""
-    s = _splat(b, b.load(b.gep(ptr32, [index], inbounds=True), align=1), ir.VectorType(I32, vw))
+    s = splat(b, b.load(b.gep(ptr32, [index], inbounds=True), align=1), ir.VectorType(I32, vw))
     return b.bitcast(s, ir.VectorType(code_type(isa), vw * isa.group))
 
 
@@ -459,7 +459,7 @@ def _tile(b, kg_n, mr, nv, vw, isa, operands, rescale, C, c_row0, ldc, c_j0, val
             if post is not None and v < full // vw:
                 out = post(b, r, b.add(c_j0, i64(v * vw)), out)
             if v < full // vw:
-                b.store(out, _vec_ptr(b, C, b.add(crow, i64(v * vw)), fty), align=4)
+                b.store(out, vec_ptr(b, C, b.add(crow, i64(v * vw)), fty), align=4)
             else:  # the ragged end of the last panel
                 for j in range(valid - full):
                     x = b.extract_element(out, ir.Constant(I32, j))
@@ -541,8 +541,8 @@ def emit_i8b_gemm(b, Q, A, lda, blob, C, ldc, M, N, K, vw, aq, isa, epilogue, it
 
         def rescale(acc, r, v):
             col = b.add(j0, i64(v * vw))
-            ws = b.load(_vec_ptr(b, wsum, col, ity), align=4)
-            sc = b.fmul(b.load(_vec_ptr(b, wscale, col, fty), align=4), ir.Constant(fty, [s] * vw))
+            ws = b.load(vec_ptr(b, wsum, col, ity), align=4)
+            sc = b.fmul(b.load(vec_ptr(b, wscale, col, fty), align=4), ir.Constant(fty, [s] * vw))
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
         post, after = tile_post(epilogue, row0, valid, vw)
         own_store = None if store is None else (lambda bb, vals: store(bb, row0, mr, j0, valid, vals))
@@ -602,8 +602,8 @@ def emit_i8a_gemm(b, blob, a_row_off, rows_total, Sq, C, c_off, ldc, M, N, K, vw
 
         def rescale(acc, r, v):
             row = b.add(rows, i64(r))
-            ws = _splat(b, b.load(b.gep(wsum, [row], inbounds=True)), ity)
-            sc = _splat(b, b.fmul(b.load(b.gep(wscale, [row], inbounds=True)), ir.Constant(F32, s)), fty)
+            ws = splat(b, b.load(b.gep(wsum, [row], inbounds=True)), ity)
+            sc = splat(b, b.fmul(b.load(b.gep(wscale, [row], inbounds=True)), ir.Constant(F32, s)), fty)
             return b.fmul(b.sitofp(_fixed(b, acc, ws, corr, ity), fty), sc)
         post, after = tile_post(epilogue, row0, valid, vw)
         own_store = None if store is None else (lambda bb, vals: store(bb, row0, mr, b.mul(p, i64(nr)), valid, vals))

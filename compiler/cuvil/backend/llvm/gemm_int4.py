@@ -19,7 +19,7 @@ from llvmlite import ir
 
 from ...ir.ops.quant import Q4_BLOCK_BYTES, QK
 from .emit import F16, F32, i64
-from .gemm import CONTRACT, _splat, _vec_ptr, micro_shape, packed_items, panel_width
+from .gemm import CONTRACT, splat, vec_ptr, micro_shape, packed_items, panel_width
 from .loops import alloca_in_entry, for_range
 
 I8 = ir.IntType(8)
@@ -98,7 +98,7 @@ def _run_tile(b, K, mr, nv, vw, block, C, c_row0, ldc, c_j0, valid):
     for r in range(mr):
         crow = b.add(b.add(c_row0, i64(r * ldc)), c_j0)
         for v in range(full // vw):
-            b.store(b.load(accs[r][v]), _vec_ptr(b, C, b.add(crow, i64(v * vw)), vty), align=4)
+            b.store(b.load(accs[r][v]), vec_ptr(b, C, b.add(crow, i64(v * vw)), vty), align=4)
         if valid is not None and valid > full:  # the ragged end of the last panel
             vec = b.load(accs[r][full // vw])
             for j in range(valid - full):
@@ -133,7 +133,7 @@ def emit_q4b_gemm(b, A, lda, Bq, C, ldc, M, N, K, vw, epilogue, items):
                 cty = ir.VectorType(I8, vw)
                 bv = [_dequant(b, _nibbles(b, b.load(_byte_ptr(b, Bq, b.add(row, i64(v * vw)), cty), align=1), hi),
                                scale[v], neg8[v], vty) for v in range(nv)]
-                av = [_splat(b, b.load(b.gep(A, [b.add(b.add(a_row0, i64(r * lda)), k)], inbounds=True)), vty)
+                av = [splat(b, b.load(b.gep(A, [b.add(b.add(a_row0, i64(r * lda)), k)], inbounds=True)), vty)
                       for r in range(mr)]
                 return av, bv
             return values
@@ -167,11 +167,11 @@ def emit_q4a_gemm(b, Aq, a_row_off, Bp, C, c_off, ldc, M, N, K, vw, epilogue, it
             def values(kk, hi):
                 k = b.add(b.add(k0, kk), i64(HALF if hi else 0))
                 brow = b.add(b_panel, b.mul(k, i64(nr)))
-                bv = [b.load(_vec_ptr(b, Bp, b.add(brow, i64(v * vw)), vty), align=4) for v in range(nv)]
+                bv = [b.load(vec_ptr(b, Bp, b.add(brow, i64(v * vw)), vty), align=4) for v in range(nv)]
                 av = []
                 for r in range(mr):
                     byte = b.load(b.gep(Aq, [b.add(bases[r], b.add(kk, i64(2)))], inbounds=True))
-                    av.append(_splat(b, _dequant(b, _nibbles(b, byte, hi), scale[r], neg8[r], F32), vty))
+                    av.append(splat(b, _dequant(b, _nibbles(b, byte, hi), scale[r], neg8[r], F32), vty))
                 return av, bv
             return values
         j0 = b.mul(p, i64(nr))

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...errors import BackendError
-from ...ir.types import TensorType
-from .emit import F64, I32, I64, PTR, i64
+from ....errors import BackendError
+from ....ir.types import TensorType
+from ..emit import F64, I32, I64, PTR, i64
 
 # cuvil_dtype values (cuvil_runtime.h)
 DTYPE_CODES = {"f32": 1, "f16": 2, "f64": 3, "i64": 4, "i32": 5, "i8": 6, "u8": 7, "bool": 8}

@@ -1,0 +1,63 @@
+"""kernels/reduce.py"""
+from __future__ import annotations
+
+from math import prod
+
+from llvmlite import ir
+import numpy as np
+
+from ..emit import REDUCE, REG_TYPES, View, contiguous_strides, fconst, fsize, i64, load, loop_nest, store
+from ..loops import alloca_in_entry
+from ..vectors import fmax, fmin
+from .args import KernelArgs
+
+
+def int_reduce_init(dt: str, kind: str) -> ir.Constant:
+    """The identity of an integer sum/max/min in the dtype's own range."""
+    ty = REG_TYPES[dt]
+    if kind in ("sum", "mean"):
+        return ir.Constant(ty, 0)
+    unsigned = dt in ("bool", "u8")
+    lo, hi = (0, (1 << ty.width) - 1) if unsigned else (-(1 << (ty.width - 1)), (1 << (ty.width - 1)) - 1)
+    return ir.Constant(ty, lo if kind == "max" else hi)
+
+
+def reduce_kernel(kind):
+    def emit(b, k: KernelArgs):
+        xt = k.in_types[0]
+        axes = k.attrs["axes"]
+        dt = xt.dtype
+        kept = [i for i in range(xt.rank) if i not in axes]
+        xs = contiguous_strides(xt.shape)
+        count = prod(xt.shape[a] for a in axes)
+        isf = dt in ("f32", "f16", "f64")
+        init = {"sum": 0.0, "mean": 0.0, "max": -np.inf, "min": np.inf}[kind]
+        init_v = fconst(dt, init) if isf else int_reduce_init(dt, kind)
+        X, O = k.ins[0], k.out
+        kept_shape = [xt.shape[i] for i in kept]
+        out_views = [View(O, dt, contiguous_strides(kept_shape)), View(X, dt, [xs[i] for i in kept])]
+
+        def outer(b, idx):
+            acc = alloca_in_entry(b, init_v.type)
+            b.store(init_v, acc)
+
+            def inner(b, iidx):
+                v = load(b, X, b.add(idx[1], iidx[0]), dt)
+                a = b.load(acc)
+                if kind in ("sum", "mean"):
+                    r = b.fadd(a, v, flags=REDUCE) if isf else b.add(a, v)
+                elif isf:
+                    r = fmax(b, a, v) if kind == "max" else fmin(b, a, v)
+                else:
+                    cmp = b.icmp_unsigned if dt in ("bool", "u8") else b.icmp_signed
+                    r = b.select(cmp(">" if kind == "max" else "<", v, a), v, a)
+                b.store(r, acc)
+            loop_nest(b, [xt.shape[a] for a in axes] or [1], [View(X, dt, [xs[a] for a in axes] or [0])], inner)
+            res = b.load(acc)
+            if kind == "mean":
+                res = b.fdiv(res, fsize(b, dt, count)) if isf else b.sdiv(res, b.trunc(i64(count), res.type)
+                                                                          if res.type.width < 64 else i64(count))
+            store(b, res, O, idx[0], dt)
+        loop_nest(b, kept_shape or [1], out_views if kept_shape else
+                  [View(O, dt, [0]), View(X, dt, [0])], outer)
+    return emit
