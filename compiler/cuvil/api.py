@@ -150,7 +150,7 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str | Quanti
     ir_module = _to_ir(module, example_inputs, dynamic_shapes, dim_bounds)
     target = resolve_target(target) if isinstance(target, str) else target or host_target()
     optimise(ir_module, opts, target)
-    gen = generate(ir_module, prefix, target.vector_bits, profile=profile, specialize=opts.specialize, target=target)
+    gen = generate(ir_module, prefix, profile=profile, specialize=opts.specialize)
     if jit:
         from .backend.llvm.jit import JitEngine
         engine = JitEngine(gen, target)

@@ -435,7 +435,7 @@ def compile_bundle(cvir: Path, opts: CompileOptions, out_dir: Path) -> dict:
     target = opts.target.resolve()
     module, weights_before = optimised_module(cvir, opts, target)
     name = opts.name
-    gen = generate(module, name, target.vector_bits, specialize=opts.specialize, target=target)
+    gen = generate(module, name, specialize=opts.specialize)
     used = sorted({op.attrs["symbol"] for op in module.main.body.ops if op.name == "cuvil.custom"})
     if used and not opts.custom_ops:
         raise CuvilError(f"the model calls the custom op(s) {', '.join(used)}: list the plugin module(s) that "

@@ -5,7 +5,7 @@
     cuvil capture --config config.yaml --output model.cvir
     cuvil compile model.cvir --config config.yaml --output-dir DIR [--target T] [--calibration F ...]
     cuvil link DIR --kind executable --output OUT [--plugin FILE ...]
-    cuvil inspect model.cvir [--target T] | DIR | manifest.json | ARTIFACT   IR and memory plan, or ABI signatures
+    cuvil inspect model.cvir [--target T] | DIR | manifest.json | ARTIFACT   IR, kernels, memory plan; or signatures
     cuvil quant-report --config config.yaml [--quantization M] [--inputs N] [--json FILE]
     cuvil run ARTIFACT [ARGS...]                     run an executable (qemu for aarch64, node for wasm)
 """
@@ -159,8 +159,7 @@ def _cmd_inspect(args) -> int:
     params = sum(int(w.size) for w in weights.values())
     wbytes = sum(int(w.nbytes) for w in weights.values())
     if not args.raw:
-        target = resolve_target(args.target, args.cpu or "", args.features or "") if args.target else None
-        optimise(module, CompileOptions(), target)
+        optimise(module, CompileOptions(), resolve_target(args.target, args.cpu or "", args.features or ""))
     if not args.summary:
         sys.stdout.write(print_module(module))
     fn = module.main
@@ -179,8 +178,8 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
-def _target_arguments(s, what: str) -> None:
-    s.add_argument("--target", choices=TARGET_NAMES, help=what)
+def _target_arguments(s, what: str, default: str | None = None) -> None:
+    s.add_argument("--target", choices=TARGET_NAMES, default=default, help=what)
     s.add_argument("--cpu", help="LLVM CPU name for the target (default: the arch's baseline)")
     s.add_argument("--features", help="LLVM feature string, e.g. +avx2,+fma")
 
@@ -244,12 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     s.set_defaults(func=_cmd_run)
 
-    s = sub.add_parser("inspect", help="print a .cvir bundle's optimised IR, op counts and memory plan, or the ABI "
-                                       "signatures of a compile output directory, manifest, object or artifact")
+    s = sub.add_parser("inspect", help="print a .cvir bundle's optimised IR (with its kernel plans), op counts and "
+                                       "memory plan, or the ABI signatures of a compile output directory, "
+                                       "manifest, object or artifact")
     s.add_argument("bundle", help="a .cvir bundle, a compile output directory, a manifest (.json) or a binary")
     s.add_argument("--raw", action="store_true", help="print the IR as captured, before the passes")
     s.add_argument("--summary", action="store_true", help="print only the summary lines")
-    _target_arguments(s, "plan for this target (default: none, the memory plan makes no target-dependent choice)")
+    _target_arguments(s, "choose kernels and plan memory for this target (default: host, this machine)",
+                      default="host")
     s.set_defaults(func=_cmd_inspect)
     return p
 
