@@ -13,16 +13,16 @@ from torch import nn
 import cuvil
 from cuvil.api import _to_ir
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.gemm_dot import BF16_GENERIC, Int8Isa
 from cuvil.backend.llvm.kernels import fuse_pw_dw
 from cuvil.backend.llvm.select import KernelTarget, kernel_passes
-from cuvil.backend.llvm.target import host_target
+from cuvil.backend.llvm.target import GENERIC_BF16, DotIsa, host_target
 from cuvil.ir import interpreter
+from cuvil.options import Quantization
 from cuvil.passes.pipeline import default_pipeline, plan_for, run_pipeline
 from tests.quant.helpers import quantized, run_native
 
 HOST = host_target()
-DPBF16 = Int8Isa(2, "dpbf16ps")
+DPBF16 = DotIsa(2, "dpbf16ps")
 
 
 class _Inverted(nn.Module):
@@ -62,7 +62,7 @@ def _calls(module, bits, isa) -> int:
     return len(generate(module, "ftest", profile=True).profile_ops)
 
 
-@pytest.mark.parametrize("precision, isa", [("f32", None), ("bf16", BF16_GENERIC), ("bf16", DPBF16)],
+@pytest.mark.parametrize("precision, isa", [("f32", None), ("bf16", GENERIC_BF16), ("bf16", DPBF16)],
                          ids=["f32", "bf16-generic", "bf16-dpbf16ps"])
 @pytest.mark.parametrize("bits", [256, 512])
 @pytest.mark.parametrize("cin, c, stride, mult, shape", CASES)
@@ -91,8 +91,9 @@ def test_fused_pair_gives_two_threads_the_bits_of_one():
     x = torch.randn(2, 6, 90, 75, generator=torch.Generator().manual_seed(4))
     model = _Inverted(6, 80, 1).eval()
     for precision in ("f32", "bf16"):
-        one = cuvil.compile(model, (x,), precision=precision, threads=1)
-        two = cuvil.compile(model, (x,), precision=precision, threads=2)
+        q = Quantization(precision=precision)
+        one = cuvil.compile(model, (x,), quantization=q, threads=1)
+        two = cuvil.compile(model, (x,), quantization=q, threads=2)
         np.testing.assert_array_equal(one(x.numpy())[0], two(x.numpy())[0])
 
 

@@ -20,17 +20,16 @@ from torch import nn
 import cuvil
 from cuvil.api import _to_ir
 from cuvil.backend.llvm import select
-from cuvil.backend.llvm.gemm_dot import Int8Isa
 from cuvil.backend.llvm.kernels import bf16
 from cuvil.backend.llvm.select import KernelTarget, SelectStorage, kernel_passes
-from cuvil.backend.llvm.target import host_target
+from cuvil.backend.llvm.target import DotIsa, host_target
 from cuvil.ir import interpreter, parse_module
 from cuvil.ir.ops.quant import bf16_round
 from cuvil.passes.pipeline import default_pipeline, plan_for, run_pipeline
 from tests.quant.helpers import quantized, run_native
 
 HOST = host_target()
-DPBF16 = Int8Isa(2, "dpbf16ps")
+DPBF16 = DotIsa(2, "dpbf16ps")
 
 pytestmark = pytest.mark.skipif(not (HOST.has_feature("avx512bf16") and HOST.has_feature("avx512vl")),
                                 reason="this CPU has no AVX-512-BF16")
@@ -132,7 +131,7 @@ def test_no_pairs_without_the_bf16_dot_product_or_masked_vectors():
     ops, outs = module.main.body.ops, {id(v) for v in module.main.outputs}
     assert len(bf16.stored_pairs(ops, outs, DPBF16, 16)) == 2
     assert not bf16.stored_pairs(ops, outs, DPBF16, 4)                       # 128-bit vectors
-    assert not bf16.stored_pairs(ops, outs, Int8Isa(2, "bf16"), 16)          # no vdpbf16ps
+    assert not bf16.stored_pairs(ops, outs, DotIsa(2, "bf16"), 16)          # no vdpbf16ps
 
 
 class _Bottleneck(nn.Module):

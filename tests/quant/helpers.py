@@ -21,7 +21,7 @@ def quantized(module, method: str, **options):
 
 def run_native(module, arrays, vector_bits: int, int8=None, bf16=None) -> tuple[np.ndarray, ...]:
     """JIT on this host, kernels selected (and memory planned again) for vectors of
-    `vector_bits`; `int8` / `bf16` (gemm_dot.Int8Isa) pick the int8 / bf16 dot product
+    `vector_bits`; `int8` / `bf16` (gemm_dot.DotIsa) pick the int8 / bf16 dot product
     (default generic)."""
     plan_for(module, KernelTarget.of(None, vector_bits, int8, bf16))
     gen = generate(module, "qtest")

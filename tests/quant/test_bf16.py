@@ -15,10 +15,9 @@ import torch
 import cuvil
 from cuvil.api import _to_ir
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.gemm_dot import BF16_GENERIC, Int8Isa, bf16_isa
 from cuvil.backend.llvm.kernels.bf16 import bf16_transposed
 from cuvil.backend.llvm.select import KernelTarget
-from cuvil.backend.llvm.target import Target, compile_to_asm, host_target
+from cuvil.backend.llvm.target import GENERIC_BF16, DotIsa, Target, bf16_dot_isa, compile_to_asm, host_target
 from cuvil.errors import CuvilError
 from cuvil.ir import interpreter
 from cuvil.ir.ops.quant import bf16_decode, bf16_encode, bf16_round
@@ -30,9 +29,9 @@ from tests.quant.test_int8_kernels import _Convs, _Linears
 
 HOST = host_target()
 HOST_BF16 = HOST.has_feature("avx512bf16") and HOST.has_feature("avx512vl")
-DPBF16 = Int8Isa(2, "dpbf16ps")
+DPBF16 = DotIsa(2, "dpbf16ps")
 BF16 = Quantization(precision="bf16")
-ISAS = [BF16_GENERIC, DPBF16]
+ISAS = [GENERIC_BF16, DPBF16]
 # bf16 keeps 8 significant bits: one rounding of each operand is ~2^-9 relative; over
 # the sums of these small models the max error against fp32 stays below this
 BF16_REL_TOL = 2e-2
@@ -311,13 +310,13 @@ def test_bf16_transposed_convs_give_two_threads_the_bits_of_one():
 def test_plain_bf16_blocked_matmul_matches_the_interpreter(vector_bits):
     """The f32 GEMMs on bf16 panels (widened per K block into L1) and A rounded once."""
     x = torch.randn(2, 29, 600, generator=torch.Generator().manual_seed(5))
-    _check(_WideLinears().eval(), x, vector_bits, BF16_GENERIC)
+    _check(_WideLinears().eval(), x, vector_bits, GENERIC_BF16)
 
 
 @pytest.mark.parametrize("vector_bits", [128, 256, 512])
 def test_plain_bf16_convs_match_the_interpreter(vector_bits):
     x = torch.randn(1, 8, 20, 21, generator=torch.Generator().manual_seed(6))
-    _check(_BigConvs().eval(), x, vector_bits, BF16_GENERIC)
+    _check(_BigConvs().eval(), x, vector_bits, GENERIC_BF16)
 
 
 @pytest.mark.parametrize("isa", ISAS, ids=lambda i: i.dot)
@@ -346,7 +345,7 @@ def test_plain_bf16_keeps_nan_and_inf():
     x = torch.randn(20, 600, generator=torch.Generator().manual_seed(7))
     x[7, 9] = float("inf")
     x[3, 6] = torch.from_numpy(np.array([0x7FFFFFFF], np.uint32).view(np.float32))[0]  # a NaN rounding would wrap
-    got = run_native(_bf16_module(model, x), [x.numpy()], 256, bf16=BF16_GENERIC)[0]
+    got = run_native(_bf16_module(model, x), [x.numpy()], 256, bf16=GENERIC_BF16)[0]
     ref = interpreter.run(_bf16_module(model, x), [x.numpy()])[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
@@ -388,9 +387,9 @@ def test_the_bf16_dot_product_per_target():
     v512 = Target("x86_64-unknown-linux-gnu", "sapphirerapids",
                   "+avx2,+fma,+avx512f,+avx512bw,+avx512vl,+avx512bf16,-prefer-256-bit")
     plain = Target("x86_64-unknown-linux-gnu", "skylake-avx512", "+avx2,+fma,+avx512f,+avx512bw,+avx512vl")
-    assert bf16_isa(v512, 16) == DPBF16 and bf16_isa(v512, 8) == DPBF16
-    assert bf16_isa(plain, 16) == BF16_GENERIC and bf16_isa(None, 8) == BF16_GENERIC
-    assert bf16_isa(Target.from_triple("aarch64-unknown-linux-gnu"), 4) == BF16_GENERIC
+    assert bf16_dot_isa(v512, 16) == DPBF16 and bf16_dot_isa(v512, 8) == DPBF16
+    assert bf16_dot_isa(plain, 16) == GENERIC_BF16 and bf16_dot_isa(None, 8) == GENERIC_BF16
+    assert bf16_dot_isa(Target.from_triple("aarch64-unknown-linux-gnu"), 4) == GENERIC_BF16
 
 
 @pytest.mark.parametrize("features, want", [

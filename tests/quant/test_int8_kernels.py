@@ -13,15 +13,14 @@ import torch
 
 from cuvil.api import _to_ir
 from cuvil.backend.llvm.codegen import generate
-from cuvil.backend.llvm.gemm_dot import Int8Isa, int8_isa
 from cuvil.backend.llvm.select import KernelTarget
-from cuvil.backend.llvm.target import Target, compile_to_asm, host_target
+from cuvil.backend.llvm.target import DotIsa, Target, compile_to_asm, host_target, int8_dot_isa
 from cuvil.ir import interpreter
 from cuvil.passes.pipeline import plan_for
 from tests.quant.helpers import quantized, run_native
 
 HOST_AVX2 = host_target().has_feature("avx2")
-ISAS = [Int8Isa(2, "generic"), Int8Isa(4, "generic4"), Int8Isa(4, "generic4s"), Int8Isa(2, "pmaddwd")]
+ISAS = [DotIsa(2, "generic"), DotIsa(4, "generic4"), DotIsa(4, "generic4s"), DotIsa(2, "pmaddwd")]
 # activation quantizations: u8 with a zero point, i8 symmetric, i8 over -128..127 with
 # a zero point (a pre-quantized graph's range), u8 narrowed to 0..127
 ACTS = [{"dtype": "u8", "scale": 0.02, "zero_point": 131},
@@ -128,12 +127,12 @@ def test_the_int8_dot_product_per_target():
     v512 = Target("x86_64-unknown-linux-gnu", "sapphirerapids",
                   "+avx2,+fma,+avx512f,+avx512bw,+avx512vl,+avx512vnni,-prefer-256-bit")
     arm = Target.from_triple("aarch64-unknown-linux-gnu")
-    assert int8_isa(avx2, 8) == Int8Isa(2, "pmaddwd")
-    assert int8_isa(vnni, 8) == Int8Isa(4, "vpdpbusd")
-    assert int8_isa(v512, 16) == Int8Isa(4, "vpdpbusd")
-    assert int8_isa(arm, 4) == Int8Isa(2, "generic") and int8_isa(None, 8) == Int8Isa(2, "generic")
+    assert int8_dot_isa(avx2, 8) == DotIsa(2, "pmaddwd")
+    assert int8_dot_isa(vnni, 8) == DotIsa(4, "vpdpbusd")
+    assert int8_dot_isa(v512, 16) == DotIsa(4, "vpdpbusd")
+    assert int8_dot_isa(arm, 4) == DotIsa(2, "generic") and int8_dot_isa(None, 8) == DotIsa(2, "generic")
     dotprod = Target.from_triple("aarch64-unknown-linux-gnu", "generic", "+neon,+dotprod")
-    assert int8_isa(dotprod, 4) == Int8Isa(4, "sdot") and int8_isa(dotprod, 4).signed
+    assert int8_dot_isa(dotprod, 4) == DotIsa(4, "sdot") and int8_dot_isa(dotprod, 4).signed
 
 
 @pytest.mark.parametrize("features, want", [("+neon,+dotprod", True), ("+neon", False)])

@@ -5,7 +5,7 @@ code buffer (q = clamp(rint(x / s) + zp, qmin, qmax), the arithmetic of
 ir/ops/quant.fake_quant); and bfloat16 with f32 accumulation (`precision: bf16`), the
 same schedule and layouts with G = 2 and bf16 codes (below).
 
-The reduction runs over groups of G consecutive k (G = `Int8Isa.group`):
+The reduction runs over groups of G consecutive k (G = `DotIsa.group`):
 
 - G = 2 (`pmaddwd`, `generic`): activation codes are stored as i16 `q - zp` (so the zero
   point needs no correction) and weights are sign-extended to i16; one step multiplies
@@ -55,72 +55,20 @@ from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
 from .gemm import PREFETCH_ROWS, splat, vec_ptr, micro_shape, packed_items, panel_width, prefetch_run, tile_post
 from .loops import alloca_in_entry, for_range
+from .target import GENERIC_INT8, DotIsa
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
-
-
-@dataclass(frozen=True)
-class Int8Isa:
-    """How the integer dot products are computed: group (G above) and dot, one of
-    "pmaddwd" (x86 SSE2/AVX2/AVX-512BW), "vpdpbusd" (x86 AVX-VNNI / AVX512-VNNI),
-    "sdot" (AArch64 +dotprod: signed activation codes), "generic" (G = 2 in plain IR),
-    "generic4" and "generic4s" (G = 4 in plain IR: the VNNI / sdot layouts on any
-    target, for tests); for bfloat16, "dpbf16ps" (x86 AVX-512-BF16) or "bf16" (no bf16
-    dot product: the f32 GEMMs on bf16 operands, qkernels.py)."""
-    group: int = 2
-    dot: str = "generic"
-
-    @property
-    def signed(self) -> bool:
-        """G = 4 with i8 activation codes (sdot) rather than u8 ones (vpdpbusd)."""
-        return self.dot in ("sdot", "generic4s")
-
-    @property
-    def bf16(self) -> bool:
-        """bfloat16 codes and f32 accumulators (no rescale)."""
-        return self.dot in ("dpbf16ps", "bf16")
-
-
-GENERIC = Int8Isa(2, "generic")
-BF16_GENERIC = Int8Isa(2, "bf16")
-
-
-def bf16_isa(target, vw: int) -> Int8Isa:
-    """The bfloat16 dot product of target for vectors of vw f32 lanes."""
-    if target is None or target.arch != "x86_64" or not target.has_feature("avx512bf16"):
-        return BF16_GENERIC
-    if vw == 16 or (vw == 8 and target.has_feature("avx512vl")):
-        return Int8Isa(2, "dpbf16ps")
-    return BF16_GENERIC
-
-
-def int8_isa(target, vw: int) -> Int8Isa:
-    """The best exact int8 dot product of target for vectors of vw i32 lanes."""
-    if target is not None and target.arch == "aarch64":
-        return Int8Isa(4, "sdot") if target.has_feature("dotprod") and vw % 4 == 0 else GENERIC
-    if target is None or target.arch != "x86_64":
-        return GENERIC
-    f = target.has_feature
-    if vw >= 16:
-        if f("avx512vnni"):
-            return Int8Isa(4, "vpdpbusd")
-        return Int8Isa(2, "pmaddwd") if f("avx512bw") else GENERIC
-    if vw == 8:
-        if f("avxvnni") or (f("avx512vnni") and f("avx512vl")):
-            return Int8Isa(4, "vpdpbusd")
-        return Int8Isa(2, "pmaddwd") if f("avx2") else GENERIC
-    return Int8Isa(2, "pmaddwd") if vw == 4 else GENERIC
 
 
 def _pad64(n: int) -> int:
     return -(-n // 64) * 64
 
 
-def groups(K: int, isa: Int8Isa) -> int:
+def groups(K: int, isa: DotIsa) -> int:
     return -(-K // isa.group)
 
 
-def int8_blob(codes_rows: np.ndarray, scale: np.ndarray, packed: bool, vw: int, isa: Int8Isa = GENERIC) -> np.ndarray:
+def int8_blob(codes_rows: np.ndarray, scale: np.ndarray, packed: bool, vw: int, isa: DotIsa = GENERIC_INT8) -> np.ndarray:
     """codes_rows [C, K] i8, scale [C] f32 -> the weight blob above (u8)."""
     c, k = codes_rows.shape
     g = isa.group
@@ -196,7 +144,7 @@ def _quantize(b, x, aq):
     return b.fptosi(q, ity)
 
 
-def code_offset(aq, isa: Int8Isa) -> int:
+def code_offset(aq, isa: DotIsa) -> int:
     """What is subtracted from q before it is stored: zp (G = 2) or off (G = 4)."""
     if isa.group == 2:
         return int(aq["zero_point"])
@@ -205,7 +153,7 @@ def code_offset(aq, isa: Int8Isa) -> int:
     return 0 if aq["dtype"] == "u8" else -128
 
 
-def code_type(isa: Int8Isa):
+def code_type(isa: DotIsa):
     return I16 if isa.group == 2 else I8
 
 
@@ -260,7 +208,7 @@ def _code(b, x, aq, isa):
     return b.trunc(q, ir.VectorType(ct, q.type.count) if isinstance(q.type, ir.VectorType) else ct)
 
 
-def _corr(aq, isa: Int8Isa) -> int:
+def _corr(aq, isa: DotIsa) -> int:
     """The multiple of wsum the epilogue adds: sum (q - zp) w = sum u w + corr * wsum."""
     return 0 if isa.group == 2 else code_offset(aq, isa) - int(aq["zero_point"])
 

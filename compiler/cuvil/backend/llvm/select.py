@@ -37,7 +37,6 @@ from ...errors import BackendError
 from ...ir.interpreter import PLAN_ATTRS
 from ...ir.ops import ANCHORS, ELEMENTWISE
 from .gemm import blocked_gemm, panel_width
-from .gemm_dot import BF16_GENERIC, GENERIC, Int8Isa, bf16_isa, int8_isa
 from .kernels.args import KernelArgs
 from .kernels.bf16 import bf16_transposable, bf16_transposed, pair_planes, stored_pairs
 from .kernels.conv_shapes import conv_geometry, conv_scratch, thin_panels
@@ -46,15 +45,16 @@ from .kernels.epilogue import op_epilogue
 from .kernels.fuse_pw_dw import fusable, fused_scratch_bytes, pointwise_producer
 from .kernels.schemes import ACT_SCHEMES, CONSUMERS, int8_scratch_bytes, quantized_weight
 from .kernels.winograd import winograd_scratch, winograd_shape
+from .target import GENERIC_BF16, GENERIC_INT8, DotIsa, bf16_dot_isa, int8_dot_isa, lanes_of
 
 
 @dataclass(frozen=True)
 class KernelTarget:
     """What kernel selection needs of a target: its f32 vector lanes and its int8 and
-    bf16 dot products (gemm_dot.Int8Isa)."""
+    bf16 dot products (target.DotIsa), as a target.Target gives them (`of`)."""
     lanes: int
-    int8: Int8Isa = GENERIC
-    bf16: Int8Isa = BF16_GENERIC
+    int8: DotIsa = GENERIC_INT8
+    bf16: DotIsa = GENERIC_BF16
 
     @property
     def masked(self) -> bool:
@@ -63,13 +63,13 @@ class KernelTarget:
         return self.lanes >= 8
 
     @classmethod
-    def of(cls, target=None, vector_bits: int | None = None, int8: Int8Isa | None = None,
-           bf16: Int8Isa | None = None) -> "KernelTarget":
+    def of(cls, target=None, vector_bits: int | None = None, int8: DotIsa | None = None,
+           bf16: DotIsa | None = None) -> "KernelTarget":
         """For a target.Target (or `vector_bits` alone: the generic dot products);
         `int8` / `bf16` override the target's dot products (tests)."""
         bits = vector_bits if vector_bits is not None else target.vector_bits if target is not None else 128
-        lanes = max(bits // 32, 1)
-        return cls(lanes, int8 or int8_isa(target, lanes), bf16 or bf16_isa(target, lanes))
+        lanes = lanes_of(bits)
+        return cls(lanes, int8 or int8_dot_isa(target, lanes), bf16 or bf16_dot_isa(target, lanes))
 
     def record(self, fn) -> None:
         """Note on fn that its kernel plans are for this target."""
@@ -83,7 +83,7 @@ class KernelTarget:
         if t is None:
             raise BackendError("the module has no kernel plans: run kernel selection for the target "
                                "(select.SelectKernels, passes.pipeline with a target) before code generation")
-        return cls(t["lanes"], Int8Isa(*t["int8"]), Int8Isa(*t["bf16"]))
+        return cls(t["lanes"], DotIsa(*t["int8"]), DotIsa(*t["bf16"]))
 
 
 # -- operands ------------------------------------------------------------------------------------
@@ -197,13 +197,13 @@ def residual_in_place(op, vw: int) -> bool:
         return False
     if scheme is None and (conv_transposed(op, vw) or conv_winograd(op, vw)):
         return False
-    if scheme == "bf16" and bf16_transposed(x, w, out, op.attrs, vw, Int8Isa(2, "dpbf16ps")):
+    if scheme == "bf16" and bf16_transposed(x, w, out, op.attrs, vw, DotIsa(2, "dpbf16ps")):
         return False
     epi = op_epilogue(op)
     return epi is not None and epi.supports_cols and hasattr(epi, "apply")
 
 
-def dot_isa(op, kt: KernelTarget) -> Int8Isa:
+def dot_isa(op, kt: KernelTarget) -> DotIsa:
     """The dot product of op's integer / bf16 GEMM."""
     aq = op.attrs.get("act_quant")
     return kt.bf16 if aq and aq["dtype"] == "bf16" else kt.int8

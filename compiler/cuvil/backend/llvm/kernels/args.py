@@ -20,6 +20,6 @@ class KernelArgs:
     scratch: ir.Value | None = None     # i8* scratch memory (see scratch_bytes)
     dims: ir.Value | None = None        # i64* runtime values of the symbolic dims (symbolic.py)
     symbols: dict = field(default_factory=dict)  # symbol -> index into dims
-    int8: object = None                 # gemm_dot.Int8Isa of the int8 kernels (None: generic)
-    bf16: object = None                 # gemm_dot.Int8Isa of the bf16 kernels (None: generic)
+    int8: object = None                 # gemm_dot.DotIsa of the int8 kernels (None: generic)
+    bf16: object = None                 # gemm_dot.DotIsa of the bf16 kernels (None: generic)
     plan: dict = field(default_factory=dict)  # the op's kernel plan (select.py)

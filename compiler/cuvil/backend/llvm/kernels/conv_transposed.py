@@ -111,7 +111,7 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
     pixel row0 + r, channels from col0 + v * vw) transposed in registers straight into
     image ni's NCHW result, each channel's rows pixels (rows <= vw) in one masked store,
     after the epilogue. `valid`: the channels of a ragged last panel (None: a whole one).
-    `pairs` (a bf16 Int8Isa; `out_pairs`, whose epilogue, if any, runs on vectors):
+    `pairs` (a bf16 DotIsa; `out_pairs`, whose epilogue, if any, runs on vectors):
     the result is plane pairs of codes. An epilogue in registers (one value per channel)
     runs on the tile as it is (apply_rows: a vector of a bias's channels), each pixel's
     two vectors become the codes of its 2 * vw channels (qkernels.concat_codes: pair j in

@@ -7,7 +7,8 @@ from ....errors import BackendError
 from ....ir.ops.quant import bf16_decode
 from ..emit import F32, I8, i64
 from ..gemm import bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
-from ..gemm_dot import GENERIC, bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel, emit_quantize_rows, groups, int8_blob, panel_codes
+from ..gemm_dot import bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel, emit_quantize_rows, groups, int8_blob, panel_codes
+from ..target import GENERIC_INT8
 from ..gemm_int4 import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from ..loops import for_range
 from ..parallel import parallel
@@ -33,7 +34,7 @@ def plain_bf16_blob(rows: np.ndarray, packed: bool, vw: int) -> np.ndarray:
     return np.ascontiguousarray(panels[..., bf16_panel_order(panels.shape[-1], vw)]).view(np.uint8).reshape(-1)
 
 
-def quantized_blob(dq, layout: str, vw: int, isa=GENERIC):
+def quantized_blob(dq, layout: str, vw: int, isa=GENERIC_INT8):
     """The bytes the object embeds for the `cuvil.dequantize` op dq in `layout`, its kernel
     plan's (select.weight_layout; see the module doc)."""
     q = dq.operands[0].defining_op

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gemm_dot import BF16_GENERIC, GENERIC, I16
+from ..gemm_dot import I16
+from ..target import GENERIC_BF16, GENERIC_INT8
 from .args import KernelArgs
 
 
@@ -41,8 +42,8 @@ def int8_scratch_bytes(op) -> int:
 def isa_of(k: KernelArgs, aq):
     """The dot product of this kernel's integer / bf16 GEMM."""
     if aq and aq["dtype"] == "bf16":
-        return k.bf16 or BF16_GENERIC
-    return k.int8 or GENERIC
+        return k.bf16 or GENERIC_BF16
+    return k.int8 or GENERIC_INT8
 
 
 def bf16_bits(b, k2):
