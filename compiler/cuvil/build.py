@@ -1,70 +1,35 @@
 """The three stages behind `cuvil build`, each also a subcommand, with a content-hashed
-local cache: capture (framework) -> .cvir; compile (numpy + llvmlite) -> object, weights
-object, header, manifest; link (C toolchain) -> executable, .so or .a.
+local cache (cache.py): capture (framework, capture.py) -> .cvir; compile (numpy +
+llvmlite) -> object, weights object, header, manifest; link (C toolchain) -> executable,
+.so or .a.
 
 Targets: `host` (this x86_64 machine and its CPU features), `x86_64-linux-gnu` (baseline
 or a named `target.cpu` / `target.features`), `aarch64-linux-gnu` (NEON) and
 `wasm32-wasi` (SIMD128, single-threaded). The compile stage stamps the model object
 with an ABI signature (cuvil.runtime.abi); the link stage uses the target's C
 toolchain (cuvil.native.toolchain_for) and checks the signatures of everything it links.
-
-Cache entries live in `<cache>/<stage>/<key>/` and are written to a temporary directory
-that is renamed into place when complete, so an interrupted build leaves the cache valid.
 """
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from .backend.llvm.target import Target
-from .config import Config, ConfigError
+from .cache import CACHE_FORMAT, Cache, cache_key, compiler_hash, sha256_file, tree_hash
+from .capture import cached_capture
+from .config import Config
 from .errors import CuvilError
-from .fsutil import atomic_write  # noqa: F401  (re-exported: cli and tests use build.atomic_write)
+from .fsutil import atomic_write
 from .native import check_image_support, link_artifact, runtime_hash, toolchain_for
 from .options import CALIBRATED, CalibrationFiles, CompileOptions, TargetSpec
 from .quant_config import calibration_inputs, quantization_from_config
 from .runtime import abi
-
-CACHE_FORMAT = "1"
-_PKG = Path(__file__).resolve().parent
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _hash(*parts) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _tree_hash(root: Path, patterns: tuple[str, ...]) -> str:
-    h = hashlib.sha256()
-    for p in sorted(q for pat in patterns for q in root.rglob(pat)):
-        if "__pycache__" in p.parts:
-            continue
-        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:32]
-
-
-def compiler_hash() -> str:
-    """Everything the compile stage's output depends on in Cuvil itself."""
-    return _tree_hash(_PKG, ("*.py",))
-
 
 def atomic_copy(src: Path, dst: Path) -> None:
     dst = Path(dst)
@@ -79,262 +44,6 @@ def atomic_copy(src: Path, dst: Path) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-class Cache:
-    """Completed stage outputs by key; `get_or_make` builds missing entries atomically."""
-
-    def __init__(self, root: Path, log: Callable[[str], None] = print):
-        self.root = Path(root)
-        self.log = log
-
-    def entry(self, stage: str, key: str) -> Path:
-        return self.root / stage / key
-
-    def get_or_make(self, stage: str, key: str, make: Callable[[Path], None],
-                    valid: Callable[[Path], bool] = lambda p: True) -> tuple[Path, bool]:
-        final = self.entry(stage, key)
-        if final.is_dir() and valid(final):
-            self.log(f"[{stage}] cached ({key[:12]})")
-            return final, True
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
-        start = time.monotonic()
-        try:
-            make(tmp)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        self.log(f"[{stage}] done in {time.monotonic() - start:.1f}s ({key[:12]})")
-        return final, False
-
-
-# -- capture ----------------------------------------------------------------------------------
-def _forget_foreign_module(name: str, roots: list[Path]) -> None:
-    """A module of this name imported earlier from outside the config's python_path
-    (another project's `model.py`, say) must not stand in for the config's own."""
-    top = name.split(".")[0]
-    mod = sys.modules.get(top)
-    f = getattr(mod, "__file__", None)
-    if mod is None or not f or not roots:
-        return
-    if not any(Path(f).resolve().is_relative_to(r) for r in roots):
-        for key in [k for k in sys.modules if k == top or k.startswith(top + ".")]:
-            del sys.modules[key]
-
-
-def _import_entry(cfg: Config):
-    m = cfg.data["model"]
-    for p in reversed([cfg.resolve(p) for p in m.get("python_path", [])]):
-        if str(p.resolve()) not in sys.path:
-            sys.path.insert(0, str(p.resolve()))
-    try:
-        if "source" in m:
-            src = cfg.resolve(m["source"]).resolve()
-            name = "cuvil_user_model_" + hashlib.sha256(str(src).encode()).hexdigest()[:8]
-            spec = importlib.util.spec_from_file_location(name, src)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
-        else:
-            _forget_foreign_module(m["module"], [cfg.resolve(p).resolve() for p in m.get("python_path", [])])
-            mod = importlib.import_module(m["module"])
-    except CuvilError:
-        raise
-    except Exception as e:
-        key = "source" if "source" in m else "module"
-        raise cfg.error(["model", key], f"importing the model failed: {type(e).__name__}: {e}") from e
-    entry = getattr(mod, m["entry"], None)
-    if not callable(entry):
-        raise cfg.error(["model", "entry"], f"{m['entry']!r} is not a function in {mod.__name__}")
-    return entry
-
-
-def _example_inputs(cfg: Config, given):
-    """The entry's example inputs, checked against (or made from) the config's inputs."""
-    import numpy as np
-    import torch
-
-    from .ir.types import DTYPES
-    specs = cfg.data.get("inputs")
-    if given is None:
-        if not specs:
-            raise cfg.error(["model", "entry"], "the entry returned no example inputs and the config has no 'inputs'")
-        rng = np.random.default_rng(0)
-        return tuple(torch.from_numpy(rng.standard_normal(_example_shape(cfg, s)).astype(DTYPES[s.get("dtype", "f32")]))
-                     for s in specs)
-    given = tuple(given)
-    if specs:
-        if len(specs) != len(given):
-            raise cfg.error(["inputs"], f"the model takes {len(given)} inputs, the config lists {len(specs)}")
-        from .frontends.torch import cuvil_dtype
-        for i, (s, x) in enumerate(zip(specs, given)):
-            if len(x.shape) != len(s["shape"]) or any(
-                    isinstance(d, int) and d != n for d, n in zip(s["shape"], x.shape)):
-                raise cfg.error(["inputs", i, "shape"], f"the model's example input has shape {list(x.shape)}")
-            if "dtype" in s and cuvil_dtype(x.dtype) != s["dtype"]:
-                raise cfg.error(["inputs", i, "dtype"], f"the model's example input is {cuvil_dtype(x.dtype)}")
-    return given
-
-
-def _example_shape(cfg: Config, spec: dict) -> list[int]:
-    """A config input's shape for a generated example: a symbolic dim is 2, or its nearest
-    bound (torch.export specialises a dim whose example is 1)."""
-    dims = cfg.data.get("dims") or {}
-    return [d if isinstance(d, int) else min(max(2, dims[d][0]), dims[d][1]) for d in spec["shape"]]
-
-
-def _dynamic(cfg: Config):
-    """(dynamic_shapes, dim_bounds) for capture_torch, or (None, None) for static shapes."""
-    dims = cfg.data.get("dims") or {}
-    if not dims:
-        return None, None
-    return [list(s["shape"]) for s in cfg.data.get("inputs", [])], {k: tuple(v) for k, v in dims.items()}
-
-
-def _custom_op_handler(symbol: str):
-    """A frontend handler lowering a framework op to `cuvil.custom {symbol}`: tensor
-    arguments become operands, numbers become params, the result type is torch's."""
-    from .ir import Value
-
-    def lower(low, args: dict):
-        tensors, params = [], []
-        for v in args.values():
-            for x in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(x, Value):
-                    tensors.append(x)
-                elif isinstance(x, (int, float)) and not isinstance(x, bool):
-                    params.append(float(x))
-        t = low.meta_type()
-        return low.op("cuvil.custom", *tensors, symbol=symbol, shape=list(t.shape), dtype=t.dtype, params=params)
-    return lower
-
-
-def capture_to(cfg: Config, out: Path) -> list[Path]:
-    """Run the config's entry point, capture the model, write `out` (.cvir). Returns the
-    project files the capture read (for the cache's dependency check).
-
-    `plugin.custom_ops` entries map a framework op (`namespace::name`, e.g. a
-    torch.library custom op) to `cuvil.custom {symbol}` for this capture."""
-    before = set(sys.modules)
-    if cfg.data["model"]["framework"] != "pytorch":
-        module, files = _capture_tf_or_onnx(cfg)
-        from .ir import write_bundle
-        write_bundle(module, out)
-        return sorted(set(_project_files(before, cfg)) | set(files))
-    entry = _import_entry(cfg)
-    try:
-        result = entry()
-    except Exception as e:
-        raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
-    model, given = (result if isinstance(result, tuple) and len(result) == 2 else (result, None))
-    inputs = _example_inputs(cfg, given)
-    from .frontends import torch_ops
-    from .frontends.torch import capture_torch
-    from .ir import write_bundle
-    names = [s["name"] for s in cfg.data.get("inputs", [])] or None
-    custom = {c["op"]: _custom_op_handler(c["symbol"]) for c in (cfg.data.get("plugin") or {}).get("custom_ops", [])}
-    saved = {k: torch_ops.HANDLERS[k] for k in custom if k in torch_ops.HANDLERS}
-    torch_ops.HANDLERS.update(custom)
-    try:
-        dynamic_shapes, dim_bounds = _dynamic(cfg)
-        module = capture_torch(model, inputs, name_inputs=names, dynamic_shapes=dynamic_shapes,
-                               dim_bounds=dim_bounds)
-    finally:
-        for k in custom:
-            torch_ops.HANDLERS.pop(k, None)
-        torch_ops.HANDLERS.update(saved)
-    write_bundle(module, out)
-    return _project_files(before, cfg)
-
-
-def _capture_tf_or_onnx(cfg: Config):
-    """(IR module, model files read) for framework tensorflow (a SavedModel directory or an
-    entry returning a Keras model / tf.function and optionally its example inputs) or onnx
-    (a .onnx file). Example inputs are NumPy arrays in the framework's own layout."""
-    import numpy as np
-
-    from .ir.types import DTYPES, dtype_of
-    m, specs = cfg.data["model"], cfg.data.get("inputs") or []
-    names = [s["name"] for s in specs] or None
-    given, files = None, []
-    if "entry" in m:
-        try:
-            result = _import_entry(cfg)()
-        except CuvilError:
-            raise
-        except Exception as e:
-            raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
-        model, given = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
-    else:
-        model = cfg.resolve(m.get("saved_model") or m["onnx"])
-        files = [model] if model.is_file() else sorted(p for p in model.rglob("*") if p.is_file())
-    if given is None:
-        rng = np.random.default_rng(0)
-        given = [rng.standard_normal(_example_shape(cfg, s)).astype(DTYPES[s.get("dtype", "f32")]) for s in specs]
-    given = [np.asarray(x) for x in given]
-    if specs and len(specs) != len(given):
-        raise cfg.error(["inputs"], f"the model takes {len(given)} inputs, the config lists {len(specs)}")
-    for i, (s, x) in enumerate(zip(specs, given)):
-        if len(x.shape) != len(s["shape"]) or any(isinstance(d, int) and d != n for d, n in zip(s["shape"], x.shape)):
-            raise cfg.error(["inputs", i, "shape"], f"the model's example input has shape {list(x.shape)}")
-        if "dtype" in s and dtype_of(x) != s["dtype"]:
-            raise cfg.error(["inputs", i, "dtype"], f"the model's example input is {dtype_of(x)}")
-    if m["framework"] == "onnx":
-        from .frontends.onnx import capture_onnx
-        _, dim_bounds = _dynamic(cfg)
-        module = capture_onnx(model, given, name_inputs=names, dim_bounds=dim_bounds)
-        for i, (s, a) in enumerate(zip(specs, module.main.args)):
-            if list(a.type.shape) != list(s["shape"]):
-                raise cfg.error(["inputs", i, "shape"], f"the model's input is {list(a.type.shape)} (symbolic dims "
-                                "are the model's dim_params with bounds under 'dims')")
-        return module, files
-    from .frontends.tf import capture_tf
-    return capture_tf(model if "entry" in m else str(model), given, name_inputs=names), files
-
-
-def _project_files(before: set, cfg: Config) -> list[Path]:
-    roots = [cfg.base.resolve()] + [cfg.resolve(p).resolve() for p in cfg.data["model"].get("python_path", [])]
-    skip = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), _PKG]
-    files = set()
-    if "source" in cfg.data["model"]:
-        files.add(cfg.resolve(cfg.data["model"]["source"]).resolve())
-    for name in set(sys.modules) - before:
-        f = getattr(sys.modules.get(name), "__file__", None)
-        if not isinstance(f, str) or not os.path.isabs(f) or not os.path.isfile(f):
-            continue
-        p = Path(f).resolve()
-        if any(p.is_relative_to(s) for s in skip):
-            continue
-        if any(p.is_relative_to(r) for r in roots):
-            files.add(p)
-    return sorted(files)
-
-
-def capture_key(cfg: Config) -> str:
-    custom = (cfg.data.get("plugin") or {}).get("custom_ops", [])
-    return _hash("capture", CACHE_FORMAT, cfg.section_hash("model", "inputs", "dims"), custom, compiler_hash(),
-                 str(cfg.base.resolve()))
-
-
-def _deps_valid(entry: Path) -> bool:
-    try:
-        deps = json.loads((entry / "deps.json").read_text())
-        return all(Path(p).is_file() and sha256_file(Path(p)) == h for p, h in deps.items())
-    except (OSError, ValueError):
-        return False
-
-
-def cached_capture(cfg: Config, cache: Cache) -> Path:
-    def make(tmp: Path):
-        files = capture_to(cfg, tmp / "model.cvir")
-        atomic_write(tmp / "deps.json", json.dumps({str(p): sha256_file(p) for p in files}, indent=1,
-                                                   sort_keys=True))
-    entry, _ = cache.get_or_make("capture", capture_key(cfg), make, _deps_valid)
-    return entry / "model.cvir"
 
 
 # -- compile ------------------------------------------------------------------------------------
@@ -497,7 +206,7 @@ def signature_ir(prefix: str, triple: str) -> str:
 
 
 def cached_compile(cvir: Path, opts: CompileOptions, cache: Cache) -> Path:
-    key = _hash("compile", CACHE_FORMAT, sha256_file(cvir), opts.to_json(), compiler_hash())
+    key = cache_key("compile", CACHE_FORMAT, sha256_file(cvir), opts.to_json(), compiler_hash())
     entry, _ = cache.get_or_make("compile", key, lambda tmp: compile_bundle(cvir, opts, tmp))
     return entry
 
@@ -551,8 +260,8 @@ def cached_link(compiled: Path, kind: str, cache: Cache, cc: str | None = None,
     plugin_files = [[Path(p).name, sha256_file(Path(p))] for p in plugins]
     # Headers next to a C plugin may be included by it.
     plugin_dirs = sorted({str(Path(p).resolve().parent) for p in plugins if str(p).endswith(".c")})
-    plugin_headers = [_tree_hash(Path(d), ("*.h",)) for d in plugin_dirs]
-    key = _hash("link", CACHE_FORMAT, files, kind, runtime_hash(), compiler_hash(), _cc_version(tool.cc),
+    plugin_headers = [tree_hash(Path(d), ("*.h",)) for d in plugin_dirs]
+    key = cache_key("link", CACHE_FORMAT, files, kind, runtime_hash(), compiler_hash(), _cc_version(tool.cc),
                 tool.cc, plugin_files, plugin_headers)
     name = manifest["prefix"]
     fname = artifact_name(manifest, kind)

@@ -39,7 +39,7 @@ def _cmd_init(args) -> int:
     out = Path(args.file)
     if out.exists() and not args.force:
         raise CuvilError(f"{out} exists (use --force to overwrite)")
-    from .build import atomic_write
+    from .fsutil import atomic_write
     text = (_PKG / "templates" / f"{args.template}.yaml").read_text()
     atomic_write(out, text.replace("{root}", _examples_root(out)))
     print(f"wrote {out} (template {args.template})")
@@ -55,7 +55,7 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_capture(args) -> int:
-    from .build import capture_to
+    from .capture import capture_to
     from .config import load_config
     cfg = load_config(args.config)
     capture_to(cfg, Path(args.output))

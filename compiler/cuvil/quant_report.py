@@ -60,7 +60,9 @@ def quant_report(cfg, quantization: str | None = None, max_inputs: int | None = 
     """The report as a dict (see the module docstring); progress goes to `log`."""
     from dataclasses import replace
 
-    from .build import Cache, cached_capture, compile_options, optimised_module
+    from .build import compile_options, optimised_module
+    from .cache import Cache
+    from .capture import cached_capture
     from .ir.interpreter import run_function
     from .options import QUANTIZATION_METHODS, CalibrationFiles, Quantization
     from .passes.quantize_weights import weight_bytes

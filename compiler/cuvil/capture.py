@@ -1,0 +1,247 @@
+"""The capture stage: a config's model (PyTorch entry point, TensorFlow model or
+SavedModel, ONNX file) -> a framework-free .cvir bundle, cached by the config's model,
+inputs and dims sections and the project files the capture read.
+
+`plugin.custom_ops` entries map a framework op to `cuvil.custom {symbol}` while the
+model is captured.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+from .cache import CACHE_FORMAT, Cache, cache_key, compiler_hash, sha256_file
+from .config import Config
+from .errors import CuvilError
+from .fsutil import atomic_write
+
+_PKG = Path(__file__).resolve().parent
+
+
+def _forget_foreign_module(name: str, roots: list[Path]) -> None:
+    """A module of this name imported earlier from outside the config's python_path
+    (another project's `model.py`, say) must not stand in for the config's own."""
+    top = name.split(".")[0]
+    mod = sys.modules.get(top)
+    f = getattr(mod, "__file__", None)
+    if mod is None or not f or not roots:
+        return
+    if not any(Path(f).resolve().is_relative_to(r) for r in roots):
+        for key in [k for k in sys.modules if k == top or k.startswith(top + ".")]:
+            del sys.modules[key]
+
+
+def _import_entry(cfg: Config):
+    m = cfg.data["model"]
+    for p in reversed([cfg.resolve(p) for p in m.get("python_path", [])]):
+        if str(p.resolve()) not in sys.path:
+            sys.path.insert(0, str(p.resolve()))
+    try:
+        if "source" in m:
+            src = cfg.resolve(m["source"]).resolve()
+            name = "cuvil_user_model_" + hashlib.sha256(str(src).encode()).hexdigest()[:8]
+            spec = importlib.util.spec_from_file_location(name, src)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+        else:
+            _forget_foreign_module(m["module"], [cfg.resolve(p).resolve() for p in m.get("python_path", [])])
+            mod = importlib.import_module(m["module"])
+    except CuvilError:
+        raise
+    except Exception as e:
+        key = "source" if "source" in m else "module"
+        raise cfg.error(["model", key], f"importing the model failed: {type(e).__name__}: {e}") from e
+    entry = getattr(mod, m["entry"], None)
+    if not callable(entry):
+        raise cfg.error(["model", "entry"], f"{m['entry']!r} is not a function in {mod.__name__}")
+    return entry
+
+
+def _example_inputs(cfg: Config, given):
+    """The entry's example inputs, checked against (or made from) the config's inputs."""
+    import numpy as np
+    import torch
+
+    from .ir.types import DTYPES
+    specs = cfg.data.get("inputs")
+    if given is None:
+        if not specs:
+            raise cfg.error(["model", "entry"], "the entry returned no example inputs and the config has no 'inputs'")
+        rng = np.random.default_rng(0)
+        return tuple(torch.from_numpy(rng.standard_normal(_example_shape(cfg, s)).astype(DTYPES[s.get("dtype", "f32")]))
+                     for s in specs)
+    given = tuple(given)
+    if specs:
+        if len(specs) != len(given):
+            raise cfg.error(["inputs"], f"the model takes {len(given)} inputs, the config lists {len(specs)}")
+        from .frontends.torch import cuvil_dtype
+        for i, (s, x) in enumerate(zip(specs, given)):
+            if len(x.shape) != len(s["shape"]) or any(
+                    isinstance(d, int) and d != n for d, n in zip(s["shape"], x.shape)):
+                raise cfg.error(["inputs", i, "shape"], f"the model's example input has shape {list(x.shape)}")
+            if "dtype" in s and cuvil_dtype(x.dtype) != s["dtype"]:
+                raise cfg.error(["inputs", i, "dtype"], f"the model's example input is {cuvil_dtype(x.dtype)}")
+    return given
+
+
+def _example_shape(cfg: Config, spec: dict) -> list[int]:
+    """A config input's shape for a generated example: a symbolic dim is 2, or its nearest
+    bound (torch.export specialises a dim whose example is 1)."""
+    dims = cfg.data.get("dims") or {}
+    return [d if isinstance(d, int) else min(max(2, dims[d][0]), dims[d][1]) for d in spec["shape"]]
+
+
+def _dynamic(cfg: Config):
+    """(dynamic_shapes, dim_bounds) for capture_torch, or (None, None) for static shapes."""
+    dims = cfg.data.get("dims") or {}
+    if not dims:
+        return None, None
+    return [list(s["shape"]) for s in cfg.data.get("inputs", [])], {k: tuple(v) for k, v in dims.items()}
+
+
+def _custom_op_handler(symbol: str):
+    """A frontend handler lowering a framework op to `cuvil.custom {symbol}`: tensor
+    arguments become operands, numbers become params, the result type is torch's."""
+    from .ir import Value
+
+    def lower(low, args: dict):
+        tensors, params = [], []
+        for v in args.values():
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(x, Value):
+                    tensors.append(x)
+                elif isinstance(x, (int, float)) and not isinstance(x, bool):
+                    params.append(float(x))
+        t = low.meta_type()
+        return low.op("cuvil.custom", *tensors, symbol=symbol, shape=list(t.shape), dtype=t.dtype, params=params)
+    return lower
+
+
+def capture_to(cfg: Config, out: Path) -> list[Path]:
+    """Run the config's entry point, capture the model, write `out` (.cvir). Returns the
+    project files the capture read (for the cache's dependency check).
+
+    `plugin.custom_ops` entries map a framework op (`namespace::name`, e.g. a
+    torch.library custom op) to `cuvil.custom {symbol}` for this capture."""
+    before = set(sys.modules)
+    if cfg.data["model"]["framework"] != "pytorch":
+        module, files = _capture_tf_or_onnx(cfg)
+        from .ir import write_bundle
+        write_bundle(module, out)
+        return sorted(set(_project_files(before, cfg)) | set(files))
+    entry = _import_entry(cfg)
+    try:
+        result = entry()
+    except Exception as e:
+        raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
+    model, given = (result if isinstance(result, tuple) and len(result) == 2 else (result, None))
+    inputs = _example_inputs(cfg, given)
+    from .frontends import torch_ops
+    from .frontends.torch import capture_torch
+    from .ir import write_bundle
+    names = [s["name"] for s in cfg.data.get("inputs", [])] or None
+    custom = {c["op"]: _custom_op_handler(c["symbol"]) for c in (cfg.data.get("plugin") or {}).get("custom_ops", [])}
+    saved = {k: torch_ops.HANDLERS[k] for k in custom if k in torch_ops.HANDLERS}
+    torch_ops.HANDLERS.update(custom)
+    try:
+        dynamic_shapes, dim_bounds = _dynamic(cfg)
+        module = capture_torch(model, inputs, name_inputs=names, dynamic_shapes=dynamic_shapes,
+                               dim_bounds=dim_bounds)
+    finally:
+        for k in custom:
+            torch_ops.HANDLERS.pop(k, None)
+        torch_ops.HANDLERS.update(saved)
+    write_bundle(module, out)
+    return _project_files(before, cfg)
+
+
+def _capture_tf_or_onnx(cfg: Config):
+    """(IR module, model files read) for framework tensorflow (a SavedModel directory or an
+    entry returning a Keras model / tf.function and optionally its example inputs) or onnx
+    (a .onnx file). Example inputs are NumPy arrays in the framework's own layout."""
+    import numpy as np
+
+    from .ir.types import DTYPES, dtype_of
+    m, specs = cfg.data["model"], cfg.data.get("inputs") or []
+    names = [s["name"] for s in specs] or None
+    given, files = None, []
+    if "entry" in m:
+        try:
+            result = _import_entry(cfg)()
+        except CuvilError:
+            raise
+        except Exception as e:
+            raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
+        model, given = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
+    else:
+        model = cfg.resolve(m.get("saved_model") or m["onnx"])
+        files = [model] if model.is_file() else sorted(p for p in model.rglob("*") if p.is_file())
+    if given is None:
+        rng = np.random.default_rng(0)
+        given = [rng.standard_normal(_example_shape(cfg, s)).astype(DTYPES[s.get("dtype", "f32")]) for s in specs]
+    given = [np.asarray(x) for x in given]
+    if specs and len(specs) != len(given):
+        raise cfg.error(["inputs"], f"the model takes {len(given)} inputs, the config lists {len(specs)}")
+    for i, (s, x) in enumerate(zip(specs, given)):
+        if len(x.shape) != len(s["shape"]) or any(isinstance(d, int) and d != n for d, n in zip(s["shape"], x.shape)):
+            raise cfg.error(["inputs", i, "shape"], f"the model's example input has shape {list(x.shape)}")
+        if "dtype" in s and dtype_of(x) != s["dtype"]:
+            raise cfg.error(["inputs", i, "dtype"], f"the model's example input is {dtype_of(x)}")
+    if m["framework"] == "onnx":
+        from .frontends.onnx import capture_onnx
+        _, dim_bounds = _dynamic(cfg)
+        module = capture_onnx(model, given, name_inputs=names, dim_bounds=dim_bounds)
+        for i, (s, a) in enumerate(zip(specs, module.main.args)):
+            if list(a.type.shape) != list(s["shape"]):
+                raise cfg.error(["inputs", i, "shape"], f"the model's input is {list(a.type.shape)} (symbolic dims "
+                                "are the model's dim_params with bounds under 'dims')")
+        return module, files
+    from .frontends.tf import capture_tf
+    return capture_tf(model if "entry" in m else str(model), given, name_inputs=names), files
+
+
+def _project_files(before: set, cfg: Config) -> list[Path]:
+    roots = [cfg.base.resolve()] + [cfg.resolve(p).resolve() for p in cfg.data["model"].get("python_path", [])]
+    skip = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), _PKG]
+    files = set()
+    if "source" in cfg.data["model"]:
+        files.add(cfg.resolve(cfg.data["model"]["source"]).resolve())
+    for name in set(sys.modules) - before:
+        f = getattr(sys.modules.get(name), "__file__", None)
+        if not isinstance(f, str) or not os.path.isabs(f) or not os.path.isfile(f):
+            continue
+        p = Path(f).resolve()
+        if any(p.is_relative_to(s) for s in skip):
+            continue
+        if any(p.is_relative_to(r) for r in roots):
+            files.add(p)
+    return sorted(files)
+
+
+def capture_key(cfg: Config) -> str:
+    custom = (cfg.data.get("plugin") or {}).get("custom_ops", [])
+    return cache_key("capture", CACHE_FORMAT, cfg.section_hash("model", "inputs", "dims"), custom, compiler_hash(),
+                 str(cfg.base.resolve()))
+
+
+def _deps_valid(entry: Path) -> bool:
+    try:
+        deps = json.loads((entry / "deps.json").read_text())
+        return all(Path(p).is_file() and sha256_file(Path(p)) == h for p, h in deps.items())
+    except (OSError, ValueError):
+        return False
+
+
+def cached_capture(cfg: Config, cache: Cache) -> Path:
+    def make(tmp: Path):
+        files = capture_to(cfg, tmp / "model.cvir")
+        atomic_write(tmp / "deps.json", json.dumps({str(p): sha256_file(p) for p in files}, indent=1,
+                                                   sort_keys=True))
+    entry, _ = cache.get_or_make("capture", capture_key(cfg), make, _deps_valid)
+    return entry / "model.cvir"
