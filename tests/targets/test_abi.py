@@ -16,7 +16,7 @@ from cuvil.build import build, compile_bundle, compile_options, link_compiled
 from cuvil.cli import main
 from cuvil.config import load_config
 from cuvil.errors import LinkError
-from cuvil.native import render_glue
+from cuvil.glue import render_glue
 from cuvil.options import TargetSpec
 from cuvil.runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR, abi
 
