@@ -4,13 +4,12 @@ and the one function that runs it for a compilation (`optimise`): `cuvil.compile
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from ..backend.llvm.select import KernelTarget, SelectKernels, SelectStorage, kernel_passes
 from ..errors import CuvilError, VerifyError
 from ..ir import Module, verify
 from ..options import CALIBRATED, CalibrationFiles, CompileOptions
-from . import Pass
 from .canonicalize import Canonicalize
 from .constant_fold import ConstantFold
 from .dce import DeadCodeElimination
@@ -25,6 +24,14 @@ from .quantize_weights import QuantizeWeights
 
 if TYPE_CHECKING:
     from ..backend.llvm.target import Target
+
+
+class Pass(Protocol):
+    """A pass: a frozen dataclass with a kebab-case `name` whose `apply` rewrites the
+    module in place and leaves it valid; its fields are its options."""
+    name: str
+
+    def apply(self, module: Module) -> None: ...
 
 
 def default_pipeline(**options) -> list[Pass]:
