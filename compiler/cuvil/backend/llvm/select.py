@@ -200,7 +200,7 @@ def residual_in_place(op, vw: int) -> bool:
     if scheme == "bf16" and bf16_transposed(x, w, out, op.attrs, vw, DotIsa(2, "dpbf16ps")):
         return False
     epi = op_epilogue(op)
-    return epi is not None and epi.supports_cols and hasattr(epi, "apply")
+    return epi is not None and epi.supports_cols and epi.apply is not None
 
 
 def dot_isa(op, kt: KernelTarget) -> DotIsa:

@@ -44,7 +44,7 @@ def k_attention(b, k: KernelArgs):
         slot.align = 64
         buf = b.bitcast(slot, F32.as_pointer())
         epi = row_epilogue(replace(k2, out_type=scores_t), 3, scores_t.rank - 1)
-        if epi is not None and not hasattr(epi, "apply"):
+        if epi is not None and epi.apply is None:
             raise BackendError("cuvil.attention: the scores' program does not run on vectors")
 
         def rows_of(r0, rows: int):

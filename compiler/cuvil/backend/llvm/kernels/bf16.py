@@ -93,7 +93,7 @@ def vector_tiles(op, isa, vw: int, epilogue: bool = False) -> bool:
     planes are whole vectors of pixels (column-panel tiles take the epilogue in
     registers only over whole vectors, kernels.tile_post)."""
     epi = op_epilogue(op)
-    if (epi is None and epilogue) or (epi is not None and not hasattr(epi, "apply")):
+    if (epi is None and epilogue) or (epi is not None and epi.apply is None):
         return False
     x, w, out = op.operands[0].type, op.operands[1].type, op.result.type
     return bf16_transposed(x, w, out, op.attrs, vw, isa) or out.shape[2] * out.shape[3] % vw == 0
@@ -375,7 +375,7 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     # stored into the result (its rows' pixels in the first lanes of each channel's
     # vector), with no C^T and no pass of its own (with a residual, measured on
     # ResNet-50's 14x14 expand convs: -1..3% each, the model within noise).
-    direct = epi_all is None or hasattr(epi_all, "apply")
+    direct = epi_all is None or epi_all.apply is not None
 
     # From plane pairs of codes, the GEMM reads its A groups there (tile row m's pixel
     # plus the tap's offset: gather_at) and no im2col^T is built.

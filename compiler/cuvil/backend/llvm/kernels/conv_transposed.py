@@ -92,7 +92,7 @@ def k_conv2d_transposed(b, k: KernelArgs):
         im2col_panel(b, k2, scratch(b, k2), ex[0], b.sdiv(i, i64(icg)), (t.nr, ldk), b.srem(i, i64(icg)))
 
     epi_all = row_epilogue(k, 2, 2)
-    direct = t.pointwise and masked_vectors(k.vw) and (epi_all is None or hasattr(epi_all, "apply")) \
+    direct = t.pointwise and masked_vectors(k.vw) and (epi_all is None or epi_all.apply is not None) \
         and k.out_type.shape[1] % t.nr == 0
 
     def gemm_panel(b, k2, i, ex):
@@ -150,11 +150,11 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
                 at = b.add(b.mul(b.add(index_div(b, ch0, 2), i64(j)), i64(p)), row0)
                 store_lanes(b, vec, b.bitcast(b.gep(k2.out, [at], inbounds=True), fv.as_pointer()), rows)
 
-    if pairs is not None and epi is not None and not hasattr(epi, "apply"):
+    if pairs is not None and epi is not None and epi.apply is None:
         raise BackendError("a transposed conv stores plane pairs only with an epilogue on vectors (writes_pairs)")
 
     def store(b, row0, rows, col0, valid, vals):
-        if pairs is not None and (epi is None or hasattr(epi, "apply_rows")):
+        if pairs is not None and (epi is None or epi.in_registers):
             return pair_store(b, row0, rows, col0, valid, vals)
         # by channel: each vector of the tile transposed, each channel's pixels take the
         # epilogue (an even channel count where a pairs operand is read: channel parity
