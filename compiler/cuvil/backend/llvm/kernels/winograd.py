@@ -113,52 +113,70 @@ def k_conv2d_winograd(b, k: KernelArgs):
     for its rows in one slot of V and M, which stays in its cache (ResNet-50's 64 -> 64
     convs at 56x56 on Zen 5, alone: 613 -> 602 us at 1 thread, 410 -> 312 at 2; in the
     model at 2 threads 451-486 -> 318-348)."""
-    xt, wt = k.in_types[:2]
-    n, c, h, w = xt.shape
-    oc = wt.shape[0]
-    _, _, oh, ow = k.out_type.shape
-    pt, pl, _, _ = k.attrs["pads"]
-    vw = k.vw
-    tx_n, tiles, tp = winograd_geometry(k.out_type)
-    ty_n = -(-oh // 2)
-    vty, wide = ir.VectorType(F32, vw), ir.VectorType(F32, 2 * vw)
-    chunks = list(range(0, tx_n, vw))
-    i32 = ir.IntType(32)
-    even = ir.Constant(ir.VectorType(i32, vw), [2 * j for j in range(vw)])
-    odd = ir.Constant(ir.VectorType(i32, vw), [2 * j + 1 for j in range(vw)])
-    inter = ir.Constant(ir.VectorType(i32, 2 * vw), [j // 2 + (vw if j % 2 else 0) for j in range(2 * vw)])
-    epi_all = row_epilogue(k, 2, 2)
-    in_regs = epi_all is not None and epi_all.in_registers
-    in_lo, in_hi = inside_range(h, ty_n, 4, 2, pt)  # tile rows whose patch rows all lie in the image
+    return _Winograd(k).emit(b)
 
+
+class _Winograd:
+    """One Winograd convolution's geometry and the steps k_conv2d_winograd emits."""
+
+    def __init__(self, k: KernelArgs):
+        self.k = k
+        xt, wt = k.in_types[:2]
+        self.n, self.c, self.h, self.w = xt.shape
+        self.oc = wt.shape[0]
+        _, _, self.oh, self.ow = k.out_type.shape
+        self.pt, self.pl, _, _ = k.attrs["pads"]
+        vw = self.vw = k.vw
+        self.tx_n, self.tiles, self.tp = winograd_geometry(k.out_type)
+        self.ty_n = -(-self.oh // 2)
+        self.vty, self.wide = ir.VectorType(F32, vw), ir.VectorType(F32, 2 * vw)
+        self.chunks = list(range(0, self.tx_n, vw))
+        i32 = ir.IntType(32)
+        self.even = ir.Constant(ir.VectorType(i32, vw), [2 * j for j in range(vw)])
+        self.odd = ir.Constant(ir.VectorType(i32, vw), [2 * j + 1 for j in range(vw)])
+        self.inter = ir.Constant(ir.VectorType(i32, 2 * vw), [j // 2 + (vw if j % 2 else 0) for j in range(2 * vw)])
+        self.epi_all = row_epilogue(k, 2, 2)
+        self.in_regs = self.epi_all is not None and self.epi_all.in_registers
+        self.in_lo, self.in_hi = inside_range(self.h, self.ty_n, 4, 2, self.pt)  # tile rows with all patch rows inside
+
+    @staticmethod
     def scratch(b, k2):
         return b.bitcast(k2.scratch, F32.as_pointer())
 
-    def input_row(b, k2, ci, xplane, ty, sty, v0, pitch):
+    def epilogue(self, k2):
+        return row_epilogue(k2, 2, 2) if self.epi_all is not None else None
+
+    def patch_columns(self, b, X, row, tx0):
+        """The four columns of one patch row for a vector of tiles from tile column tx0:
+        two masked loads of 2 * vw input columns, split into even and odd lanes."""
+        vw, w, vty, wide = self.vw, self.w, self.vty, self.wide
+        cols = []
+        for shift in (0, 2):
+            col = 2 * tx0 - self.pl + shift
+            valid = [0 <= col + e < w for e in range(2 * vw)]
+            if not any(valid):
+                cols += [ir.Constant(vty, [0.0] * vw)] * 2
+                continue
+            got = load_lanes(b, b.bitcast(b.gep(X, [b.add(row, i64(col))], inbounds=True), wide.as_pointer()),
+                             wide, valid)
+            cols += [b.shuffle_vector(got, got, self.even), b.shuffle_vector(got, got, self.odd)]
+        return cols
+
+    def input_row(self, b, k2, ci, xplane, ty, sty, v0, pitch):
         """Tile row ty of input channel ci into V[e][ci] at element v0 + (e * IC + ci) *
         pitch (sty: ty where known at compile time, its patch rows outside the image
         skipped; None: all inside)."""
-        X, V = k2.ins[0], scratch(b, k2)
+        X, V = k2.ins[0], self.scratch(b, k2)
+        h, w, c, vw, vty = self.h, self.w, self.c, self.vw, self.vty
         xplane = b.add(xplane, b.mul(ci, i64(h * w)))
-        for tx0 in chunks:
+        for tx0 in self.chunks:
             d = []  # d[r] = the four patch columns of patch row r, as vectors over tiles
             for r in range(4):
-                if sty is not None and not 0 <= 2 * sty - pt + r < h:
+                if sty is not None and not 0 <= 2 * sty - self.pt + r < h:
                     d.append([ir.Constant(vty, [0.0] * vw)] * 4)
                     continue
-                iy = b.add(b.mul(ty, i64(2)), i64(r - pt))
-                row = b.add(xplane, b.mul(iy, i64(w)))
-                cols = []
-                for shift in (0, 2):
-                    col = 2 * tx0 - pl + shift
-                    valid = [0 <= col + e < w for e in range(2 * vw)]
-                    if not any(valid):
-                        cols += [ir.Constant(vty, [0.0] * vw)] * 2
-                        continue
-                    got = load_lanes(b, b.bitcast(b.gep(X, [b.add(row, i64(col))], inbounds=True), wide.as_pointer()),
-                                      wide, valid)
-                    cols += [b.shuffle_vector(got, got, even), b.shuffle_vector(got, got, odd)]
-                d.append(cols)
+                iy = b.add(b.mul(ty, i64(2)), i64(r - self.pt))
+                d.append(self.patch_columns(b, X, b.add(xplane, b.mul(iy, i64(w))), tx0))
             tmp = [[_lin(b, WINO_BT[i], [d[r][j] for r in range(4)]) for j in range(4)] for i in range(4)]
             for i in range(4):
                 for j in range(4):
@@ -166,32 +184,34 @@ def k_conv2d_winograd(b, k: KernelArgs):
                     b.store(_lin(b, WINO_BT[j], tmp[i]), b.bitcast(b.gep(V, [dst], inbounds=True), vty.as_pointer()),
                             align=4)
 
-    def output_row(b, k2, t, ty, sty, m0, pitch, epi):
+    def output_row(self, b, k2, t, ty, sty, m0, pitch, epi):
         """Tile row ty of output plane t (image * OC + channel) from M[e][channel] at
         element m0 + (e * OC + channel) * pitch (sty: ty where known, else both output
         rows exist)."""
-        S, O = scratch(b, k2), k2.out
+        S, O = self.scratch(b, k2), k2.out
+        oc, oh, ow, vty = self.oc, self.oh, self.ow, self.vty
         o = b.srem(t, i64(oc))
         oplane = b.mul(t, i64(oh * ow))
         rows = 2 if sty is None or 2 * sty + 1 < oh else 1
-        for tx0 in chunks:
+        for tx0 in self.chunks:
             m = [b.load(b.bitcast(b.gep(S, [b.add(m0, b.add(b.mul(b.add(i64(e * oc), o), i64(pitch)), i64(tx0)))],
                                         inbounds=True), vty.as_pointer()), align=4) for e in range(16)]
             tmp = [[_lin(b, WINO_AT[i], [m[4 * r + j] for r in range(4)]) for j in range(4)] for i in range(2)]
             for i in range(rows):
                 y0, y1 = (_lin(b, WINO_AT[jj], tmp[i]) for jj in range(2))
-                row = b.shuffle_vector(y0, y1, inter)  # columns 2 * tx0 + (0, 1, 2, ...)
+                row = b.shuffle_vector(y0, y1, self.inter)  # columns 2 * tx0 + (0, 1, 2, ...)
                 col = b.add(b.mul(b.add(b.mul(ty, i64(2)), i64(i)), i64(ow)), i64(2 * tx0))
-                if in_regs:
+                if self.in_regs:
                     row = epi.apply(b, t, col, row)
-                store_lanes(b, row, b.bitcast(b.gep(O, [b.add(oplane, col)], inbounds=True), wide.as_pointer()),
-                             ow - 2 * tx0)
-        if epi is not None and not in_regs:
+                store_lanes(b, row, b.bitcast(b.gep(O, [b.add(oplane, col)], inbounds=True), self.wide.as_pointer()),
+                            ow - 2 * tx0)
+        if epi is not None and not self.in_regs:
             epi(b, t, 1, b.mul(ty, i64(2 * ow)), rows * ow)
 
-    def rows_of(b, body, lo, hi):
+    def rows_of(self, b, body, lo, hi):
         """body(ty, static_ty) for every tile row: those outside [lo, hi) unrolled
         (static_ty an int), the others in a loop (static_ty None)."""
+        ty_n = self.ty_n
         lo = max(0, min(lo, ty_n))
         hi = max(lo, min(hi, ty_n))
         for ty in range(lo):
@@ -202,10 +222,10 @@ def k_conv2d_winograd(b, k: KernelArgs):
         for ty in range(hi, ty_n):
             body(i64(ty), ty)
 
-    def dispatch(b, ty, lo, hi, body):
+    def dispatch(self, b, ty, lo, hi, body):
         """body(ty, static_ty) for one tile row ty (an i64 value): the compile-time
         variant where ty is outside [lo, hi), else the general one."""
-        statics = [s for s in range(ty_n) if not lo <= s < hi]
+        statics = [s for s in range(self.ty_n) if not lo <= s < hi]
         if not statics:
             body(ty, None)
             return
@@ -218,8 +238,17 @@ def k_conv2d_winograd(b, k: KernelArgs):
             with otherwise:
                 body(ty, None)
 
-    if winograd_blocked(c, oc, k.out_type):
-        rp = _winograd_row_pitch(k.out_type)
+    def emit(self, b):
+        if winograd_blocked(self.c, self.oc, self.k.out_type):
+            self.emit_by_tile_rows(b)
+        else:
+            self.emit_by_planes(b)
+
+    def emit_by_tile_rows(self, b):
+        """Tile row by tile row: each thread runs all three steps for its rows in one
+        slot of V and M."""
+        c, oc, h, w, vw = self.c, self.oc, self.h, self.w, self.vw
+        rp = _winograd_row_pitch(self.k.out_type)
         slot = 16 * (c + oc) * rp
 
         def tile_row(b, k2, ty, ex):
@@ -228,37 +257,44 @@ def k_conv2d_winograd(b, k: KernelArgs):
             m0 = b.add(v0, i64(16 * c * rp))
             xplane = b.mul(ni, i64(c * h * w))
             with for_range(b, c, name="ci") as ci:
-                dispatch(b, ty, in_lo, in_hi, lambda t_, s_: input_row(b, k2, ci, xplane, t_, s_, v0, rp))
-            S = scratch(b, k2)
+                self.dispatch(b, ty, self.in_lo, self.in_hi,
+                              lambda t_, s_: self.input_row(b, k2, ci, xplane, t_, s_, v0, rp))
+            S = self.scratch(b, k2)
             with for_range(b, 16, name="e") as e:
                 emit_gemm(b, k2.ins[1], b.mul(e, i64(oc * c)), c, S, b.add(v0, b.mul(e, i64(c * rp))), rp,
-                          S, b.add(m0, b.mul(e, i64(oc * rp))), rp, oc, len(chunks) * vw, c, vw, F32)
-            epi = row_epilogue(k2, 2, 2) if epi_all is not None else None
+                          S, b.add(m0, b.mul(e, i64(oc * rp))), rp, oc, len(self.chunks) * vw, c, vw, F32)
+            epi = self.epilogue(k2)
             with for_range(b, oc, name="oc") as o:
                 t = b.add(b.mul(ni, i64(oc)), o)
-                dispatch(b, ty, 0, oh // 2, lambda t_, s_: output_row(b, k2, t, t_, s_, m0, rp, epi))
+                self.dispatch(b, ty, 0, self.oh // 2, lambda t_, s_: self.output_row(b, k2, t, t_, s_, m0, rp, epi))
 
-        with for_range(b, n, name="n") as ni:
-            parallel(b, k, ty_n, tile_row, [ni], chunk_start=True)
-        return
+        with for_range(b, self.n, name="n") as ni:
+            parallel(b, self.k, self.ty_n, tile_row, [ni], chunk_start=True)
 
-    def input_plane(b, k2, ci, ex):
-        rows_of(b, lambda ty, sty: input_row(b, k2, ci, ex[0], ty, sty, b.mul(ty, i64(tx_n)), tp), in_lo, in_hi)
+    def emit_by_planes(self, b):
+        """Each step across the threads over the whole plane: input channels, (e, row
+        block) GEMM items, output channels."""
+        c, oc, h, w, vw, tp, tx_n = self.c, self.oc, self.h, self.w, self.vw, self.tp, self.tx_n
 
-    def gemm(b, k2, t, ex):
-        e, rb = b.sdiv(t, i64(row_blocks(oc, vw))), b.srem(t, i64(row_blocks(oc, vw)))
-        S = scratch(b, k2)
-        emit_gemm(b, k2.ins[1], b.mul(e, i64(oc * c)), c, S, b.mul(e, i64(c * tp)), tp,
-                  S, b.add(i64(16 * c * tp), b.mul(e, i64(oc * tp))), tp, oc, -(-tiles // vw) * vw, c, vw, F32,
-                  blocks=(rb, b.add(rb, i64(1))))
+        def input_plane(b, k2, ci, ex):
+            self.rows_of(b, lambda ty, sty: self.input_row(b, k2, ci, ex[0], ty, sty, b.mul(ty, i64(tx_n)), tp),
+                         self.in_lo, self.in_hi)
 
-    def output_plane(b, k2, i, ex):
-        t = b.add(b.mul(ex[0], i64(oc)), i)
-        epi = row_epilogue(k2, 2, 2) if epi_all is not None else None
-        rows_of(b, lambda ty, sty: output_row(b, k2, t, ty, sty, b.add(i64(16 * c * tp), b.mul(ty, i64(tx_n))), tp,
-                                              epi), 0, oh // 2)
+        def gemm(b, k2, t, ex):
+            e, rb = b.sdiv(t, i64(row_blocks(oc, vw))), b.srem(t, i64(row_blocks(oc, vw)))
+            S = self.scratch(b, k2)
+            emit_gemm(b, k2.ins[1], b.mul(e, i64(oc * c)), c, S, b.mul(e, i64(c * tp)), tp,
+                      S, b.add(i64(16 * c * tp), b.mul(e, i64(oc * tp))), tp, oc, -(-self.tiles // vw) * vw, c, vw,
+                      F32, blocks=(rb, b.add(rb, i64(1))))
 
-    with for_range(b, n, name="n") as ni:
-        parallel(b, k, c, input_plane, [b.mul(ni, i64(c * h * w))])
-        parallel(b, k, 16 * row_blocks(oc, vw), gemm, [])
-        parallel(b, k, oc, output_plane, [ni])
+        def output_plane(b, k2, i, ex):
+            t = b.add(b.mul(ex[0], i64(oc)), i)
+            epi = self.epilogue(k2)
+            self.rows_of(b, lambda ty, sty: self.output_row(b, k2, t, ty, sty,
+                                                            b.add(i64(16 * c * tp), b.mul(ty, i64(tx_n))), tp, epi),
+                         0, self.oh // 2)
+
+        with for_range(b, self.n, name="n") as ni:
+            parallel(b, self.k, c, input_plane, [b.mul(ni, i64(c * h * w))])
+            parallel(b, self.k, 16 * row_blocks(oc, vw), gemm, [])
+            parallel(b, self.k, oc, output_plane, [ni])
