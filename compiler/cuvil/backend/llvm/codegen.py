@@ -18,8 +18,8 @@ from llvmlite import ir
 
 from ...errors import BackendError
 from ...ir import Module, Value
-from ...ir.ops import ELEMENTWISE
 from ...ir import symdim
+from ...ir.ops import ELEMENTWISE
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I64, MEM_TYPES, PTR, emit_memcpy, i64

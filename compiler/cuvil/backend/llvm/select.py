@@ -45,7 +45,7 @@ from .kernels.epilogue import op_epilogue
 from .kernels.fuse_pw_dw import fusable, fused_scratch_bytes, pointwise_producer
 from .kernels.schemes import ACT_SCHEMES, CONSUMERS, int8_scratch_bytes, quantized_weight
 from .kernels.winograd import winograd_scratch, winograd_shape
-from .target import GENERIC_BF16, GENERIC_INT8, DotIsa, bf16_dot_isa, int8_dot_isa, lanes_of
+from .target import GENERIC_BF16, GENERIC_INT8, DotIsa, bf16_dot_isa, int8_dot_isa, lanes_of, masked_lanes
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,8 @@ class KernelTarget:
 
     @property
     def masked(self) -> bool:
-        """Masked vector loads and stores: 256- and 512-bit vectors, which only x86
-        targets (AVX, AVX-512) have here; narrower targets would scalarise them."""
-        return self.lanes >= 8
+        """Masked vector loads and stores (target.masked_lanes)."""
+        return masked_lanes(self.lanes)
 
     @classmethod
     def of(cls, target=None, vector_bits: int | None = None, int8: DotIsa | None = None,

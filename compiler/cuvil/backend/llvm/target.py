@@ -100,6 +100,13 @@ def lanes_of(vector_bits: int) -> int:
     return max(vector_bits // 32, 1)
 
 
+def masked_lanes(lanes: int) -> bool:
+    """Whether kernels on vectors of `lanes` f32 lanes may use masked loads and stores:
+    256- and 512-bit vectors, which only x86 targets (AVX, AVX-512) have here; narrower
+    targets would scalarise them."""
+    return lanes >= 8
+
+
 def int8_dot_isa(target: Target | None, lanes: int) -> DotIsa:
     """The best exact int8 dot product of `target` for vectors of `lanes` i32 lanes
     (generic without a target). `Target.int8_dot` is this at the target's own lanes."""
@@ -190,10 +197,8 @@ class Target:
 
     @property
     def masked(self) -> bool:
-        """Whether kernels may use masked vector loads and stores: 256- and 512-bit
-        vectors, which only x86 targets (AVX, AVX-512) have here; narrower targets
-        would scalarise them."""
-        return self.lanes >= 8
+        """Whether kernels may use masked vector loads and stores (`masked_lanes`)."""
+        return masked_lanes(self.lanes)
 
     @property
     def int8_dot(self) -> DotIsa:

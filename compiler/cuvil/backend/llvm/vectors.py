@@ -122,12 +122,6 @@ def store_lanes(b, v, ptr, count: int):
                                          lane_mask([j < count for j in range(v.type.count)])])
 
 
-def masked_vectors(vw: int) -> bool:
-    """Whether kernels may use masked vector loads and stores: 256- and 512-bit vectors,
-    which only x86 targets (AVX, AVX-512) have here; narrower targets would scalarise them."""
-    return vw >= 8
-
-
 def fmax(b, a, v):
     """max for reductions: NaN propagates (as in torch); written as compare + select,
     a form LLVM's vectoriser handles without tripping over maxnum's cost model."""

@@ -12,7 +12,8 @@ from ..emit import F32, I8, i64
 from ..gemm import packed_work_items, panel_width, vec_ptr
 from ..gemm_dot import Gather, I16, I32, code_type, emit_i8b_gemm, emit_quantize_block, store_group
 from ..loops import for_range
-from ..vectors import index_div, load_lanes, masked_vectors, store_lanes
+from ..target import masked_lanes
+from ..vectors import index_div, load_lanes, store_lanes
 from .args import KernelArgs
 from .bf16_codes import pair_codes
 from .conv_shapes import conv_geometry, padded_column, padded_input, thin_panels
@@ -56,7 +57,7 @@ def pair_planes(x, w, out, attrs, isa, vw: int) -> bool:
     (pair_order), so each im2col group row is one tap of one pair: a 32-bit copy from
     the padded pairs, converted once per input value instead of once per tap. (Masked
     vectors: the pairs' copy has no column-by-column form.)"""
-    return isa.dot == "dpbf16ps" and masked_vectors(vw) and w.shape[1] % 2 == 0 \
+    return isa.dot == "dpbf16ps" and masked_lanes(vw) and w.shape[1] % 2 == 0 \
         and padded_input(x, w, out, attrs) is not None
 
 
@@ -72,7 +73,7 @@ def pairs_conv(op, isa, vw: int) -> bool:
     """A bf16 conv of the bf16 dot product on masked vectors whose types allow the
     transposed form (static, one group, GEMM-shaped, f32): the convs that may store
     their result, or read their input, as plane pairs of codes (stored_pairs)."""
-    if op.name != "cuvil.conv2d" or quantized_weight(op) != "bf16" or isa.dot != "dpbf16ps" or not masked_vectors(vw):
+    if op.name != "cuvil.conv2d" or quantized_weight(op) != "bf16" or isa.dot != "dpbf16ps" or not masked_lanes(vw):
         return False
     aq = op.attrs.get("act_quant")
     return bool(aq) and aq["dtype"] == "bf16" and \

@@ -10,7 +10,8 @@ from ..emit import F32, i64
 from ..gemm import emit_gemm_panel, panel_width
 from ..loops import for_range
 from ..parallel import parallel
-from ..vectors import index_div, masked_vectors, store_lanes, vector_transpose
+from ..target import masked_lanes
+from ..vectors import index_div, store_lanes, vector_transpose
 from .args import KernelArgs
 from .bf16_codes import concat_codes, pair_codes
 from .conv_shapes import conv_geometry, conv_scratch, padded_input
@@ -92,7 +93,7 @@ def k_conv2d_transposed(b, k: KernelArgs):
         im2col_panel(b, k2, scratch(b, k2), ex[0], b.sdiv(i, i64(icg)), (t.nr, ldk), b.srem(i, i64(icg)))
 
     epi_all = row_epilogue(k, 2, 2)
-    direct = t.pointwise and masked_vectors(k.vw) and (epi_all is None or epi_all.apply is not None) \
+    direct = t.pointwise and masked_lanes(k.vw) and (epi_all is None or epi_all.apply is not None) \
         and k.out_type.shape[1] % t.nr == 0
 
     def gemm_panel(b, k2, i, ex):

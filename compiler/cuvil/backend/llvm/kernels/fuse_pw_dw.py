@@ -7,7 +7,8 @@ from ..emit import F32, I8, emit_memcpy, i64
 from ..loops import for_range
 from ..parallel import parallel
 from ..symbolic import KType
-from ..vectors import masked_vectors
+
+from ..target import masked_lanes
 from .args import KernelArgs
 from .conv import k_conv2d
 from .conv_shapes import conv_geometry, conv_scratch, thin_panels
@@ -139,7 +140,7 @@ def fusable(a, b, vw: int, packs_b: bool, dw_args: KernelArgs) -> bool:
     not transposed: its weight is not packed, no band's planes are thin), and the
     depthwise conv runs the masked kernel with its epilogue in registers (it stores a
     band's rows straight into the result's planes: out_plane_pitch)."""
-    if packs_b or not masked_vectors(vw):
+    if packs_b or not masked_lanes(vw):
         return False
     epi = row_epilogue(dw_args, 2, 2)
     if epi is not None and not epi.in_registers:

@@ -8,7 +8,8 @@ from ..emit import F32, I64, fconst, i64, load, store
 from ..gemm import panel_width, splat
 from ..loops import for_range
 from ..parallel import parallel
-from ..vectors import imax, imin, load_lanes, masked_vectors, store_lanes
+from ..target import masked_lanes
+from ..vectors import imax, imin, load_lanes, store_lanes
 from .args import KernelArgs
 from .conv_shapes import PANEL_PAD, im2col_bytes, padded_column, padded_input, range_for_tap
 
@@ -106,7 +107,7 @@ def padded_copy_rows(b, k2: KernelArgs, ic, xplane0, rows, rnd=None, pairs=None)
     zero = fconst("f32", 0.0)
     vw = k2.vw
     vty, wide = ir.VectorType(F32, vw), ir.VectorType(F32, vw * sw)
-    if pairs and not masked_vectors(vw):
+    if pairs and not masked_lanes(vw):
         raise BackendError("a padded copy of plane pairs needs masked vectors")
 
     def phases(src, start, valid):  # the sw phase vectors of sw * vw columns from `start`
@@ -137,7 +138,7 @@ def padded_copy_rows(b, k2: KernelArgs, ic, xplane0, rows, rnd=None, pairs=None)
         with b.if_else(inside) as (then, otherwise):
             with then:
                 src = b.add(src0, b.mul(iy, i64(w)))
-                if masked_vectors(vw):
+                if masked_lanes(vw):
                     vector_row(src, row)
                 elif sw == 1:  # zeros, a plain copy of the row, zeros
                     for j in range(pl):

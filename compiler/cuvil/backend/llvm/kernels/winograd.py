@@ -9,7 +9,8 @@ from ..emit import F32, i64
 from ..gemm import emit_gemm, row_blocks, splat
 from ..loops import for_range
 from ..parallel import parallel
-from ..vectors import load_lanes, masked_vectors, store_lanes
+from ..target import masked_lanes
+from ..vectors import load_lanes, store_lanes
 from .args import KernelArgs
 from .conv_shapes import inside_range
 from .epilogue import row_epilogue
@@ -37,7 +38,7 @@ WINO_MIN_TILES = 32
 
 def winograd_shape(x, w, out, attrs, vw: int) -> bool:
     """Whether a GEMM conv of these static types runs Winograd on vectors of vw f32 lanes."""
-    if not masked_vectors(vw) or tuple(w.shape[2:]) != (3, 3) or tuple(attrs["stride"]) != (1, 1) or tuple(attrs["dilation"]) != (1, 1):
+    if not masked_lanes(vw) or tuple(w.shape[2:]) != (3, 3) or tuple(attrs["stride"]) != (1, 1) or tuple(attrs["dilation"]) != (1, 1):
         return False
     tiles = -(-out.shape[2] // 2) * -(-out.shape[3] // 2)
     return min(w.shape[0], w.shape[1]) >= WINO_MIN_CHANNELS and tiles >= WINO_MIN_TILES
