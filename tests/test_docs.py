@@ -130,6 +130,10 @@ EXTERNAL_PYTHON: dict[tuple[str, str], list[tuple[str, str]]] = {
 EXPECT = {
     "./dist/mlp --help": "usage: mlp --input FILE",
     "cuvil inspect mlp.cvir --summary": "// arena size:",
+    "cuvil inspect mlp.cvir --target aarch64-linux-gnu --features +neon,+dotprod":
+        'kernel_target = {bf16 = [2, "bf16"], int8 = [4, "sdot"], lanes = 4}',
+    "cuvil inspect mlp.cvir --target x86_64-linux-gnu --cpu x86-64-v3":
+        'kernel_plan = {form = "packed", lanes = 8, weights = "panels"}',
     "cuvil inspect out/mlp": "model mlp for x86_64-unknown-linux-gnu",
     "cuvil inspect out/mlp/mlp.json": "// manifest mlp.json: model mlp for x86_64-unknown-linux-gnu",
     "cuvil inspect dist/mlp_arm": "model mlp for aarch64-unknown-linux-gnu",
