@@ -24,25 +24,14 @@ MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 
 # The modules of each known cycle (paths under compiler/cuvil) -> why it is allowed.
-KNOWN_CYCLES = {
-    ("passes/__init__.py", "passes/pipeline.py"):
-        "being split (issue 31): pipeline.py takes Pass from the package that re-exports it",
+KNOWN_CYCLES: dict[tuple[str, ...], str] = {
 }
 
 # "path" (a module) or "path:qualname" (a function, e.g. "a.py:Class.method",
 # "a.py:outer.inner") -> why it may be over the limit.
-EXCEPTIONS = {
-    "backend/header.py:render_header": "being split (issue 31)",
-    "backend/llvm/gemm_dot.py": "being split (issue 31)",
-    "backend/llvm/kernels/depthwise.py:k_conv2d_depthwise": "being split (issue 31)",
-    "backend/llvm/kernels/depthwise.py:k_conv2d_depthwise_masked": "being split (issue 31)",
-    "backend/llvm/kernels/epilogue.py:row_epilogue": "being split (issue 31)",
-    "backend/llvm/kernels/winograd.py:k_conv2d_winograd": "being split (issue 31)",
-    "build.py": "being split (issue 31)",
+EXCEPTIONS: dict[str, str] = {
     "frontends/torch.py:capture_torch": "being split (issue 31)",
     "frontends/torch_ops.py": "being split (issue 31)",
-    "native.py": "being split (issue 31)",
-    "native.py:link_artifact": "being split (issue 31)",
 }
 
 
