@@ -120,12 +120,13 @@ class CuvilGemm:
         import torch
 
         import cuvil
+        from cuvil.options import Quantization
         gen = torch.Generator().manual_seed(0)
         linear = torch.nn.Linear(k, n, bias=False).eval()
         with torch.no_grad():
             linear.weight.copy_(torch.randn(n, k, generator=gen))
         x = torch.randn(m, k, generator=gen)
-        self.model = cuvil.compile(linear, (x,), threads=1, precision=precision)
+        self.model = cuvil.compile(linear, (x,), threads=1, quantization=Quantization(precision=precision))
         self.x = np.ascontiguousarray(x.numpy())
         self.y = np.empty((m, n), np.float32)
         self._in = (ctypes.c_void_p * 1)(self.x.ctypes.data)

@@ -77,16 +77,20 @@ def keep_shared_library(dest: Path):
 
 class CuvilRunner:
     """`cuvil.compile` in fp32 (id "cuvil") or with precision bf16 ("cuvil-bf16"); other
-    `cuvil.compile` options (quantization, calibration) with an explicit `system_id`."""
+    `cuvil.compile` options (`quantization`: a method name or a cuvil.options.Quantization,
+    which then carries the precision) with an explicit `system_id`."""
 
     def __init__(self, module, inputs, lib_path: Path, precision: str = "f32", system_id: str | None = None,
                  **compile_options):
         import ctypes
 
         import cuvil
+        from cuvil.options import Quantization
         self.id = system_id or ("cuvil" if precision == "f32" else f"cuvil-{precision}")
+        if precision != "f32":
+            compile_options["quantization"] = Quantization(precision=precision)
         with keep_shared_library(lib_path) as kept:
-            self.model = cuvil.compile(module, inputs, threads=1, precision=precision, **compile_options)
+            self.model = cuvil.compile(module, inputs, threads=1, **compile_options)
         self.library = kept.get("path")
         self.prefix = kept.get("prefix")
         self.arrays = [np.ascontiguousarray(t.detach().numpy()) for t in inputs]

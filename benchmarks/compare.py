@@ -13,7 +13,7 @@ the artifact and runs once, and the artifact's size. Then GEMM GFLOP/s: Cuvil (a
 nn.Linear without bias) vs numpy vs the measured FMA peak of the same thread count.
 
 Systems: Cuvil (`cuvil.compile`: the shared library that `cuvil link --kind shared`
-makes, called through its C API), Cuvil bf16 (the same with `precision="bf16"`; its
+makes, called through its C API), Cuvil bf16 (the same with `Quantization(precision="bf16")`; its
 ratio is against OpenVINO default, the other reduced-precision system), torch eager, ONNX Runtime fp32 (CPU provider, intra-op
 threads = N, inter-op 1), OpenVINO with INFERENCE_PRECISION_HINT=f32 (the fp32 peer) and
 OpenVINO default (bf16 where the CPU has AMX). The ONNX file comes from

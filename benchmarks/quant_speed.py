@@ -34,8 +34,9 @@ LABELS = {"cuvil": "Cuvil fp32", "cuvil-int8": "Cuvil int8_sym", "ort": "ORT fp3
 class CuvilInt8Runner(bs.CuvilRunner):
     def __init__(self, module, inputs, lib_path):
         arrays = [np.ascontiguousarray(t.numpy()) for t in inputs]
-        super().__init__(module, inputs, lib_path, system_id="cuvil-int8", quantization="int8_sym",
-                         calibration=[tuple(arrays)])
+        from cuvil.options import Quantization
+        super().__init__(module, inputs, lib_path, system_id="cuvil-int8",
+                         quantization=Quantization("int8_sym", calibration=(tuple(arrays),)))
         self.info["int8_ops"] = self.model.ir.main.attrs.get("quantization", {}).get("int8_ops")
 
 
