@@ -1,5 +1,5 @@
 """The three stages behind `cuvil build`, each also a subcommand, with a content-hashed
-local cache (cache.py): capture (framework, capture.py) -> .cvir; compile (numpy +
+local cache (cache.py): capture (framework, capture_stage.py) -> .cvir; compile (numpy +
 llvmlite) -> object, weights object, header, manifest; link (C toolchain) -> executable,
 .so or .a.
 
@@ -22,7 +22,7 @@ from typing import Callable
 
 from .backend.llvm.target import Target
 from .cache import CACHE_FORMAT, Cache, cache_key, compiler_hash, sha256_file, tree_hash
-from .capture import cached_capture
+from .capture_stage import cached_capture
 from .config import Config
 from .errors import CuvilError
 from .fsutil import atomic_write

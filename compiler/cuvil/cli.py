@@ -55,7 +55,7 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_capture(args) -> int:
-    from .capture import capture_to
+    from .capture_stage import capture_to
     from .config import load_config
     cfg = load_config(args.config)
     capture_to(cfg, Path(args.output))

@@ -62,7 +62,7 @@ def quant_report(cfg, quantization: str | None = None, max_inputs: int | None = 
 
     from .build import compile_options, optimised_module
     from .cache import Cache
-    from .capture import cached_capture
+    from .capture_stage import cached_capture
     from .ir.interpreter import run_function
     from .options import QUANTIZATION_METHODS, CalibrationFiles, Quantization
     from .passes.quantize_weights import weight_bytes
