@@ -1,1 +1,3 @@
-"""LLVM back end: target machines, loops, float math, weights blobs, linking."""
+"""LLVM back end: kernel selection, code generation by op family, the GEMMs, target
+machines and object emission, weights blobs.
+"""

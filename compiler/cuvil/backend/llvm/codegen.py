@@ -121,7 +121,7 @@ class _Codegen:
             if any(not inlinable(u, i) and not (i == 1 and self._packs_b(u)) and u.name != "cuvil.dequantize"
                    for u, i in uses):
                 self._add_blob(id(op.result), op.value)
-        for op in self.fn.body.ops:  # int4 weights, in the layout their kernels read (qkernels.py)
+        for op in self.fn.body.ops:  # int4 weights, in the layout their kernels read (kernels/quantized.py)
             if op.name == "cuvil.dequantize":
                 self._add_blob(id(op.result), quantized.quantized_blob(op, plan_of(op)["layout"], self.vw, self.int8))
         self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
@@ -404,7 +404,7 @@ class _Codegen:
                     for v in op.operands[2:]):
                 raise BackendError(f"{op.name}" + (f" ({op.loc})" if op.loc else "") + " was planned to write over its "
                                    f"residual, which its kernel at {self.vw * 32}-bit vectors cannot: plan memory "
-                                   "for this target (kernels.memory_plan_options)")
+                                   "for this target (select.SelectKernels before the memory plan)")
             if plan_of(op).get("scratch") and "scratch_offset" not in op.attrs:
                 raise BackendError(f"{op.name} needs {plan_of(op)['scratch']} bytes of scratch but has no "
                                    "scratch_offset: plan memory with the backend's scratch sizes")

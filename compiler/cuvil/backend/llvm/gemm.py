@@ -467,7 +467,7 @@ def emit_gemm_panel(b, A, a_off, lda, ldk, Bp, C, ldc, M, K, vw, ety, panel, sto
     before the next, while that block of A and of the panel are in cache; later blocks
     add to C. Each step also prefetches the B rows the next block (or the next panel's
     first block) will read. `store(b, row0, rows, col0, valid, vals)`: the last block's
-    finished tiles go there instead of into C (qgemm8.emit_i8b_gemm's; valid: None)."""
+    finished tiles go there instead of into C (gemm_dot.emit_i8b_gemm's; valid: None)."""
     mr_full, nv = micro_shape(vw)
     nr = nv * vw
     count, length = k_blocks(K, M, vw)

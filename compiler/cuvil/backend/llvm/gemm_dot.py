@@ -24,7 +24,7 @@ The reduction runs over groups of G consecutive k (G = `DotIsa.group`):
   rounded to nearest even once, weights stored so); one step adds a pair of exact
   bf16 x bf16 products to an f32 lane (x86 AVX-512-BF16 `vdpbf16ps`). The accumulators
   are f32 and need no rescale. Targets without it (the `bf16` isa) run the f32 GEMMs of
-  gemm.py on bf16 operands instead (qkernels.py).
+  gemm.py on bf16 operands instead (kernels/quantized.py).
 
 K is padded with zeros to a multiple of G (weights and activations), so the padding
 adds nothing. Finished tiles are rescaled: C[., c] = f32(acc + corr * wsum[c]) *
@@ -53,7 +53,8 @@ from llvmlite import ir
 from ...errors import BackendError
 from ...ir.ops.quant import act_bounds
 from .emit import F32, i64
-from .gemm import PREFETCH_ROWS, splat, vec_ptr, micro_shape, packed_items, panel_width, prefetch_run, tile_post
+from .gemm import (PREFETCH_ROWS, splat, vec_ptr, micro_shape, packed_items, panel_width, prefetch_run,
+                   tile_post)
 from .loops import alloca_in_entry, for_range
 from .target import GENERIC_INT8, DotIsa
 

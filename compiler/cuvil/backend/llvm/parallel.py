@@ -1,4 +1,6 @@
-"""parallel.py"""
+"""Parallel loops: a kernel's work items handed to the runtime's cuvil_parallel_for (a
+task function rebuilding the KernelArgs from a context), and flat index helpers.
+"""
 from __future__ import annotations
 
 from math import prod

@@ -4,8 +4,9 @@
 generator emits a kernel for, it records the op's *kernel plan* in `op.attrs["kernel_plan"]`,
 a dict the IR printer shows (and so `cuvil inspect`):
 
-- `form`: the kernel's form, e.g. a conv2d's "gemm" (column panels), "transposed", "winograd", "depthwise", "depthwise_masked", "direct", "fused_depthwise"
-  (it runs the 1x1 conv before it band by band), "in_depthwise" (that 1x1 conv itself),
+- `form`: the kernel's form, e.g. a conv2d's "gemm" (column panels), "transposed",
+  "winograd", "depthwise", "depthwise_masked", "direct", "fused_depthwise" (it runs
+  the 1x1 conv before it band by band), "in_depthwise" (that 1x1 conv itself),
   "gemm_int8", "gemm_int4", "gemm_bf16", "gemm_bf16_widened", "transposed_bf16"; a
   matmul's "gemm", "batched", "packed", "packed_int8", "packed_int4", "packed_bf16",
   "packed_bf16_widened"; "default" for the ops with one kernel;

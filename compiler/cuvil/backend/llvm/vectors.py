@@ -1,4 +1,6 @@
-"""vectors.py"""
+"""Vector helpers for kernels: masked loads and stores, lane folds, in-register
+transposes, integer min/max and index division, bf16 code pairs' halves.
+"""
 from __future__ import annotations
 
 from llvmlite import ir

@@ -1,4 +1,6 @@
-"""kernels/args.py"""
+"""What an emitter gets: KernelArgs, the typed pointers, types, attributes, inlined
+constants, vector lanes, scratch, symbolic dims and kernel plan of one op's kernel.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -20,6 +22,6 @@ class KernelArgs:
     scratch: ir.Value | None = None     # i8* scratch memory (see scratch_bytes)
     dims: ir.Value | None = None        # i64* runtime values of the symbolic dims (symbolic.py)
     symbols: dict = field(default_factory=dict)  # symbol -> index into dims
-    int8: object = None                 # gemm_dot.DotIsa of the int8 kernels (None: generic)
-    bf16: object = None                 # gemm_dot.DotIsa of the bf16 kernels (None: generic)
+    int8: object = None                 # target.DotIsa of the int8 kernels (None: generic)
+    bf16: object = None                 # target.DotIsa of the bf16 kernels (None: generic)
     plan: dict = field(default_factory=dict)  # the op's kernel plan (select.py)

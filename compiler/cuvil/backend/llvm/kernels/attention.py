@@ -1,4 +1,6 @@
-"""kernels/attention.py"""
+"""cuvil.attention: softmax(Q K^T * scale + mask) V without the score matrix in memory,
+blocks of query rows at a time, their scores in a small buffer per thread.
+"""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -1,4 +1,10 @@
-"""kernels/bf16.py"""
+"""bf16 convs of the bfloat16 dot product (vdpbf16ps): the transposed form that reads
+each pixel's taps straight from a padded copy of plane pairs (k_conv2d_bf16_transposed,
+gather_at), the copies as pairs of codes (im2col_codes, copy_pairs), the stores of a
+result as pairs (pair_rows_store) and which results are stored as pairs (stored_pairs,
+the rule select.SelectStorage applies; see quantized.py's docstring for the whole
+picture).
+"""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -40,7 +46,7 @@ def bf16_transposable(op) -> bool:
 
 def bf16_transposed(x, w, out, attrs, vw: int, isa) -> bool:
     """Whether a bf16 conv runs k_conv2d_bf16_transposed: with the bf16 dot product, where
-    its output planes fill the column panels poorly (kernels.thin_panels: 7x7 and 14x14
+    its output planes fill the column panels poorly (conv_shapes.thin_panels: 7x7 and 14x14
     planes), like an f32 conv_transposed one, and wherever its input is copied as plane
     pairs (pair_planes): the GEMM then reads that copy with no im2col at all (gather_at).
     Measured against the column-panel form, interleaved per conv (Zen 5, 1 / 2 threads):
@@ -51,7 +57,7 @@ def bf16_transposed(x, w, out, attrs, vw: int, isa) -> bool:
 
 def pair_planes(x, w, out, attrs, isa, vw: int) -> bool:
     """Whether a bf16 conv with the bf16 dot product copies its padded input as plane
-    pairs of codes (kernels.padded_copy `pairs`: each element the bf16 codes of input
+    pairs of codes (im2col.padded_copy `pairs`: each element the bf16 codes of input
     planes 2i and 2i + 1): an even number of input channels per group, a padded copy.
     Its weight rows then run over K in (pair, tap, channel of the pair) order
     (pair_order), so each im2col group row is one tap of one pair: a 32-bit copy from
@@ -131,7 +137,7 @@ def passes_pairs(op) -> bool:
     tensor of an even number of channels, a slice that keeps them all (the subsampling
     that canonicalize puts before a strided 1x1 conv; run on the pairs as a slice of
     half the planes of 32-bit elements), or a max pool whose windows all overlap the
-    image (kernels._max_pool_clamped: each code pair widened, maxed apart, joined). The
+    image (pooling._max_pool_clamped: each code pair widened, maxed apart, joined). The
     max of values rounded to bf16 is the rounded max (rounding is monotonic) but for
     the sign of a zero: the pool's readers, convs rounding their input, see the same."""
     if op.name not in ("cuvil.slice", "cuvil.max_pool2d"):
@@ -324,12 +330,12 @@ def pair_rows_store(b, k2: KernelArgs, rb, isa):
 
 
 def k_conv2d_bf16_transposed(b, k: KernelArgs):
-    """A bf16 conv as C^T[P, OC] = im2col^T @ W^T (kernels.k_conv2d_transposed's form),
+    """A bf16 conv as C^T[P, OC] = im2col^T @ W^T (conv_transposed.k_conv2d_transposed's form),
     per image: im2col^T's K rows of P (padded to whole panels; a 1x1 conv reads its input
     planes) become [Kg][P'][2] codes, a panel of columns per work item (im2col_codes;
     without a padded copy, in place after the f32 pack), or, over plane pairs of codes,
     are read where they lie in the pairs (gather_at); the bf16 GEMM (emit_i8b_gemm)
-    multiplies them by the weight's W^T panels (qgemm8.bf16_blob, packed). Each tile is
+    multiplies them by the weight's W^T panels (gemm_dot.bf16_blob, packed). Each tile is
     transposed in registers into the NCHW result, with an epilogue that runs on its
     vectors; another epilogue has the tiles go to C^T in scratch, transposed into the
     result with it afterwards.

@@ -1,4 +1,6 @@
-"""kernels/bf16_codes.py"""
+"""bfloat16 codes of f32 vectors for plane pairs: one pixel's two channel vectors as the
+codes of their pairs (pair_codes, concat_codes).
+"""
 from __future__ import annotations
 
 from llvmlite import ir

@@ -1,4 +1,9 @@
-"""kernels/conv.py"""
+"""cuvil.conv2d: the emitter dispatches on the kernel plan's form (select.py) to the
+transposed, Winograd, depthwise or direct kernels, and is itself the column-panel
+GEMM form: per (image, group), the im2col panels packed into scratch (a 1x1 conv's
+whole panels read in place from its input planes) times the weight rows, the epilogue
+on the tiles while they are in registers or cache.
+"""
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -6,7 +11,8 @@ from contextlib import nullcontext
 from ....errors import BackendError
 
 from ..emit import REG_TYPES, i64, load, store
-from ..gemm import blocked_gemm, emit_gemm_blocked, emit_gemm_packed, emit_pack_b, emit_round_run, panel_width, round_bf16, row_blocks
+from ..gemm import (blocked_gemm, emit_gemm_blocked, emit_gemm_packed, emit_pack_b, emit_round_run,
+                    panel_width, round_bf16, row_blocks)
 from ..loops import for_range
 from ..parallel import parallel
 from ..vectors import zero_fill

@@ -1,4 +1,7 @@
-"""kernels/conv_shapes.py"""
+"""Convolution geometry shared by the conv kernels and kernel selection: which taps fall
+inside, GEMM-shaped or not, the zero-padded input copy's layout, scratch sizes, thin
+output planes, W^T packed in panels.
+"""
 from __future__ import annotations
 
 from math import prod
@@ -75,7 +78,7 @@ def conv_scratch(x: TensorType, w: TensorType, out: TensorType, attrs, transpose
     """(element offset of the transposed result C^T, total bytes) of a GEMM conv's
     scratch: the im2col panels (or, transposed, im2col^T; none for a transposed 1x1
     conv, which reads its input in place, except with `codes`: a bf16 one's codes of its
-    input, qkernels.k_conv2d_bf16_transposed), the padded input copy with PANEL_PAD * 2
+    input, bf16.k_conv2d_bf16_transposed), the padded input copy with PANEL_PAD * 2
     elements of slack either side, then C^T (P + PANEL_PAD rows of OC + PANEL_PAD: whole
     panels) if transposed."""
     pointwise, _ = conv_geometry(x, w, out, attrs)

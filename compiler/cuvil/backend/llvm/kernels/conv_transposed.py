@@ -1,4 +1,7 @@
-"""kernels/conv_transposed.py"""
+"""Transposed convs, C^T[P, OC] = im2col^T @ W^T (the plan's "transposed" form, for output
+planes that fill column panels poorly): the GEMM into C^T, the transpose back into NCHW
+with the epilogue, or the tiles stored transposed from registers (transposed_store).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +24,7 @@ from .im2col import im2col_panel, padded_copy
 
 @dataclass(frozen=True)
 class Transposed:
-    """A transposed conv's layout (k_conv2d_transposed, qkernels.k_conv2d_bf16_transposed):
+    """A transposed conv's layout (k_conv2d_transposed, bf16.k_conv2d_bf16_transposed):
     P output positions per plane, K = kdim, im2col^T's columns in `panels` panels of nr,
     C^T[P, OC] in the scratch from element ct_at with rows of ldct (OC rounded up to
     whole panels)."""
@@ -115,12 +118,12 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
     `pairs` (a bf16 DotIsa; `out_pairs`, whose epilogue, if any, runs on vectors):
     the result is plane pairs of codes. An epilogue in registers (one value per channel)
     runs on the tile as it is (apply_rows: a vector of a bias's channels), each pixel's
-    two vectors become the codes of its 2 * vw channels (qkernels.concat_codes: pair j in
+    two vectors become the codes of its 2 * vw channels (bf16_codes.concat_codes: pair j in
     element j) and one transpose gives every pair's pixels (measured, ResNet-50 bf16's
     3x3 convs, against two transposes first and the pairs' codes after: -1.8% at 1 and 2
     threads); one over pixels (a residual) needs each channel's pixels: the tile's
     vectors are transposed first, then two channels' vectors become a pair's codes.
-    Used by the bf16 transposed convs (qkernels) and the f32 1x1 ones
+    Used by the bf16 transposed convs (bf16.py) and the f32 1x1 ones
     (k_conv2d_transposed)."""
     oc, p, vw = k2.out_type.shape[1], k2.out_type.shape[2] * k2.out_type.shape[3], k2.vw
     fv = ir.VectorType(F32, vw)

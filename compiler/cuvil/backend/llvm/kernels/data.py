@@ -1,4 +1,6 @@
-"""kernels/data.py"""
+"""Data movement: copies (reshape), transposes (by rows or vector blocks), broadcast,
+slice, concat, pad, gather, resize and cuvil.dim.
+"""
 from __future__ import annotations
 
 from math import prod
@@ -7,7 +9,8 @@ from llvmlite import ir
 
 from ....errors import BackendError
 from ....ir.ops.nn import Resize
-from ..emit import F32, I64, REG_TYPES, View, broadcast_strides, contiguous_strides, fconst, i64, load, loop_nest, store
+from ..emit import (F32, I64, REG_TYPES, View, broadcast_strides, contiguous_strides, fconst, i64, load,
+                    loop_nest, store)
 from ..loops import for_range
 from ..parallel import flat_offsets, outer_split, parallel, parallel_ranges
 from ..symbolic import lower, upper

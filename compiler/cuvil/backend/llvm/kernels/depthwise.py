@@ -1,4 +1,6 @@
-"""kernels/depthwise.py"""
+"""Depthwise convs (groups == channels): the masked register-block kernel for 256- and
+512-bit vectors ("depthwise_masked") and the row kernel elsewhere ("depthwise").
+"""
 from __future__ import annotations
 
 from llvmlite import ir

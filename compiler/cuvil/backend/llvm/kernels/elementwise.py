@@ -1,4 +1,6 @@
-"""kernels/elementwise.py"""
+"""Elementwise loops: a cuvil.fused program over broadcast operands, in parallel chunks
+of the outer dims.
+"""
 from __future__ import annotations
 
 from math import prod
@@ -7,7 +9,8 @@ from llvmlite import ir
 
 from ....errors import BackendError
 from ....ir.types import TensorType
-from ..emit import REG_TYPES, View, broadcast_strides, contiguous_strides, emit_program, fconst, load, loop_nest, store
+from ..emit import (REG_TYPES, View, broadcast_strides, contiguous_strides, emit_program, fconst, load,
+                    loop_nest, store)
 from ..parallel import flat_offsets, outer_split, parallel
 from ..symbolic import KType
 from .args import KernelArgs

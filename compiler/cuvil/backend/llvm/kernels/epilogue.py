@@ -9,7 +9,8 @@ from llvmlite import ir
 
 from ....errors import BackendError
 from ....ir.ops.quant import rounds_to_bf16
-from ..emit import F32, REG_TYPES, View, broadcast_strides, coalesce, const_like, contiguous_strides, emit_program, i64, load, loop_nest, store, vector_step
+from ..emit import (F32, REG_TYPES, View, broadcast_strides, coalesce, const_like, contiguous_strides,
+                    emit_program, i64, load, loop_nest, store, vector_step)
 from ..gemm import splat
 from ..loops import for_range
 from ..parallel import flat_offsets

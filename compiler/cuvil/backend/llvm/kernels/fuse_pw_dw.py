@@ -1,4 +1,27 @@
-"""kernels/fuse_pw_dw.py"""
+"""A 1x1 conv fused into the depthwise conv that alone reads it (MobileNet's expand ->
+depthwise), so the wide tensor between them never goes to memory.
+
+MobileNetV2's first expand writes 96 x 112 x 112 f32 values (4.6 MiB) that the stride-2
+depthwise conv then reads back: both run at the memory's speed, not the cores'. Fused,
+the depthwise conv's output rows go in bands; per band (a work item) the 1x1 conv's
+kernel computes just the input rows the band's windows cover, all channels, into a
+buffer that stays in the core's L2 cache, and the depthwise kernel reads them from
+there. Both are the ordinary kernels (conv.k_conv2d, quantized.k_conv2d_q4 for a bf16 weight),
+emitted for the band's shapes: the band's input rows are first copied out of the input
+planes (a 1x1 conv's kernel reads planes of its own shape); the depthwise kernel stores
+its band of output rows straight into the result's planes (out_plane_pitch). Each
+output value is computed by the same code over the same operands as unfused: the
+results are the same, bit for bit on MobileNetV2, else up to where the depthwise code
+for a band's rows contracts its products into FMAs otherwise than the whole plane's (a
+rounding). The rows around a band's are computed twice (by both bands that need them):
+a band holds BAND_BYTES of input rows.
+
+Kernel selection (select.fuse_pointwise) decides the fusion: the 1x1 conv's plan is
+"in_depthwise", the depthwise conv's "fused_depthwise". The IR keeps both ops; the
+memory plan still places the 1x1 conv's result (never written), and the depthwise
+conv's scratch holds one slot per work item, of which each thread uses its first
+(parallel.parallel's chunk_start).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,7 @@
-"""kernels/im2col.py"""
+"""What a GEMM conv packs its B panels from: im2col panels straight from the input (with
+bounds checks), or from a zero-padded, phase-split copy of the input planes made once
+per call across the threads (padded_copy; plain vector loads, no checks).
+"""
 from __future__ import annotations
 
 from llvmlite import ir
@@ -72,7 +75,7 @@ def padded_copy(b, k: KernelArgs, xplane0, rnd=None, pairs=None):
     element xplane0 (one image or group), across the threads; `rnd(b, value)` maps each
     copied value. `pairs(b, v0, v1)` (masked vectors only): the copy holds one plane per
     pair of input planes (2i, 2i + 1), each element the 32 bits that function makes of
-    the two planes' vectors (a bf16 conv's codes of both, qkernels.pair_codes); where
+    the two planes' vectors (a bf16 conv's codes of both, bf16_codes.pair_codes); where
     the input is such pairs already (`in_pairs`: xplane0 still counts f32 planes), the
     copy is of them as they are."""
     icg = k.in_types[1].shape[1]

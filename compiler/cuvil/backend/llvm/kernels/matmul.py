@@ -1,11 +1,14 @@
-"""kernels/matmul.py"""
+"""cuvil.matmul on f32: B packed in panels at compile time (the plan's "packed"), a plain
+2-D GEMM over all rows of A ("gemm"), or a batch of GEMMs ("batched").
+"""
 from __future__ import annotations
 
 from math import prod
 
 from ....errors import BackendError
 from ..emit import REG_TYPES, broadcast_strides, contiguous_strides, i64
-from ..gemm import blocked_gemm, emit_gemm, emit_gemm_blocked, emit_gemm_packed, packed_work_items, panel_width, row_blocks
+from ..gemm import (blocked_gemm, emit_gemm, emit_gemm_blocked, emit_gemm_packed, packed_work_items,
+                    panel_width, row_blocks)
 from ..parallel import flat_offsets, parallel
 from .args import KernelArgs
 from .epilogue import row_epilogue, whole_epilogue

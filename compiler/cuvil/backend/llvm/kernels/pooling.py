@@ -1,4 +1,7 @@
-"""kernels/pooling.py"""
+"""Pooling: max pool (the clamped form where every window overlaps the image, which also
+passes bf16 plane pairs on), average pool and adaptive average pool (global pooling as
+vector lanes per plane).
+"""
 from __future__ import annotations
 
 from llvmlite import ir
@@ -26,7 +29,7 @@ def k_max_pool2d(b, k: KernelArgs):
     if dt in ("f32", "f16", "f64") and dh == dw == 1 and max(pt, pb) < kh and max(pl, pr) < kw:
         return _max_pool_clamped(b, k)
     if k.attrs.get("out_pairs"):
-        raise BackendError("a max pool over plane pairs needs windows that overlap the image (qkernels.passes_pairs)")
+        raise BackendError("a max pool over plane pairs needs windows that overlap the image (bf16.passes_pairs)")
 
     def plane(b, k2, nc):
         X, O = k2.ins[0], k2.out
@@ -58,7 +61,7 @@ def _max_pool_clamped(b, k: KernelArgs):
     inside, which is in the same window, and max ignores repeats, so there are no masks.
     Per output row the kh row offsets are clamped once; the columns whose taps are all
     inside (the interior) load without clamping.
-    `out_pairs` (qkernels.passes_pairs): input and result are plane pairs of bf16 codes
+    `out_pairs` (bf16.passes_pairs): input and result are plane pairs of bf16 codes
     (the types: half the planes of 32-bit elements); each element's two codes are
     widened to f32, maxed apart and joined again (exact: they are bf16 values)."""
     n, c, h, w = k.in_types[0].shape

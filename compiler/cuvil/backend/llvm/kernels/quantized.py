@@ -1,4 +1,31 @@
-"""kernels/quantized.py"""
+"""Kernels for conv2d / matmul whose weight (operand 1) is a `cuvil.dequantize` of a
+quantized constant: the weight stays 4-bit / 8-bit in the object.
+
+int4_block: the GEMM (gemm_int4.py) dequantises the weight in registers, f32 compute; blob:
+a matmul's B in int4 panels (gemm_int4.pack_q4_panels), a conv2d's plain Q4_0 rows.
+int8_channel (with the op's `act_quant`): integer GEMM (gemm_dot.py); blob: gemm_dot.int8_blob
+in the layout of the kernel's `DotIsa` (KernelArgs.int8, a target.DotIsa). The activations are quantized
+once per call: a matmul's A into scratch (`int8_scratch_bytes`; per tile where M is a
+runtime size), a conv's im2col panels straight from its padded input copy
+(im2col_codes; elsewhere in place after packing; a bf16 conv over an even channel count
+converts while it copies, into plane pairs of codes: pair_planes), a 1x1 conv's whole
+panels straight from its input planes; each thread packs its panels into one slot of
+the scratch.
+bf16 (with `act_quant = {dtype: bf16}`, `precision: bf16`): bfloat16 operands, f32
+accumulation. Where the target has a bf16 dot product (KernelArgs.bf16: AVX-512-BF16
+`vdpbf16ps`), the integer GEMMs' schedule with bf16 codes; blob: gemm_dot.bf16_blob
+(W^T panels for matmuls and for the convs that run transposed, k_conv2d_bf16_transposed:
+those of thin output planes, and those over plane pairs, whose GEMM reads each pixel's
+taps straight from the pairs, gather_at, with no im2col). A conv result that only such
+convs read is stored as those pairs in the first place (stored_pairs: `out_pairs` on
+the producer, `in_pairs` on its readers), also one they read as a residual where it is
+a bf16 value (`pairs_extras`), and through a slice or max pool between (passes_pairs).
+Elsewhere (the plain `bf16` isa) the f32 GEMMs (conv.py, matmul.py), their weights kept as
+bf16 bits and widened as they are read (exact), the activations rounded to bf16 as they
+are packed (a matmul's A, once per call into scratch; a conv's panels): the products are then exactly the
+bf16 ones, at the f32 kernels' speed; blob: `plain_bf16_blob` (a matmul's B in
+gemm.pack_b panels, a conv's rows as they are).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +34,8 @@ from ....errors import BackendError
 from ....ir.ops.quant import bf16_decode
 from ..emit import F32, I8, i64
 from ..gemm import bf16_panel_order, emit_round_run, pack_b, packed_work_items, panel_width, row_blocks
-from ..gemm_dot import bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel, emit_quantize_rows, groups, int8_blob, panel_codes
+from ..gemm_dot import (bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel,
+                        emit_quantize_rows, groups, int8_blob, panel_codes)
 from ..gemm_int4 import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
 from ..loops import for_range
 from ..parallel import parallel
@@ -108,7 +136,7 @@ def k_matmul_q4(b, k: KernelArgs):
 
 
 def k_conv2d_q4(b, k: KernelArgs):
-    """gemm.py's conv-as-GEMM (kernels.k_conv2d) with the quantized weight as the A rows."""
+    """gemm.py's conv-as-GEMM (conv.k_conv2d) with the quantized weight as the A rows."""
     xt, wt = k.in_types[:2]
     _, gemm = conv_geometry(xt, wt, k.out_type, k.attrs)
     if not gemm or k.out_type.dtype != "f32":

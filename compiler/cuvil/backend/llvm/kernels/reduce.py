@@ -1,4 +1,4 @@
-"""kernels/reduce.py"""
+"""Reductions (sum, mean, max, min) over any set of axes."""
 from __future__ import annotations
 
 from math import prod

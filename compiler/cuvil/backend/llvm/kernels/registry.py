@@ -1,4 +1,6 @@
-"""kernels/registry.py"""
+"""The emitter of each op: what the code generator calls to emit an op's kernel (the
+quantized conv2d / matmul emitters are quantized.EMITTERS).
+"""
 from __future__ import annotations
 
 from .attention import k_attention

@@ -1,4 +1,6 @@
-"""kernels/rows.py"""
+"""Row-wise kernels: softmax and log-softmax (a row in registers where it fits), layer
+norm, batch norm, and the row reductions they share.
+"""
 from __future__ import annotations
 
 from math import prod

@@ -1,4 +1,7 @@
-"""kernels/schemes.py"""
+"""Quantized weights as kernels see them: a conv2d's or matmul's weight scheme (int4,
+int8, bf16), the scratch of an int8 matmul's quantized A, the dot product a kernel
+runs.
+"""
 from __future__ import annotations
 
 import numpy as np

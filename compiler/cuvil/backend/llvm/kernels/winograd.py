@@ -1,4 +1,7 @@
-"""kernels/winograd.py"""
+"""Winograd F(2x2, 3x3) convs (the plan's "winograd" form): the weights transformed at
+compile time, the input patches and output tiles transformed in registers, 16 GEMMs in
+between.
+"""
 from __future__ import annotations
 
 from llvmlite import ir
