@@ -23,9 +23,8 @@ from .rewrite import add_op, erase_if_dead, replace_op, single_user
 
 
 # Smaller score matrices stay in L2 between the unfused ops, whose packed GEMMs are the
-# faster ones: measured (Zen 5, 1 MiB L2), 12 heads of 128 x 128 (768 KiB) 0.98-1.06x
-# fused / unfused (BERT-base in the model 1.03x slower fused), 4 heads of 256 x 256 (1
-# MiB) 1.01x, 12 of 192 x 192 0.95x, 12 of 256 x 256 0.88x, 12 of 512 x 512 0.74-0.77x.
+# faster ones; from about an L2's size (1 MiB) on, fusing breaks even, and it gains the
+# more the larger the scores.
 MIN_SCORE_BYTES = 1 << 20
 
 

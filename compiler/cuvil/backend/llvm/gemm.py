@@ -106,7 +106,7 @@ def _ld_vec(b, ptr, index, vty):
 
 # Tiles of at least this many rows prefetch the next panel of a packed B: they do enough
 # multiply-adds per B row to hide the extra loads. Thinner ones (a GEMV: the MLP at batch
-# 1, 10-20% slower with them) leave it to the hardware prefetcher.
+# 1, slower with them) leave it to the hardware prefetcher.
 PREFETCH_ROWS = 4
 
 
@@ -222,7 +222,7 @@ def k_phases(accumulators: int) -> int:
 def micro_shape(vw: int) -> tuple[int, int]:
     """(MR, NV): rows and vectors per tile, sized to the register file."""
     if vw >= 16:
-        return 12, 2  # AVX-512: 24 accumulators of 32 zmm (measured: 5-18% over 6 x 2)
+        return 12, 2  # AVX-512: 24 accumulators of 32 zmm (twice the FMAs per B load of 6 x 2)
     if vw == 8:
         return 6, 2   # AVX2: 12 of 16 ymm
     return 4, 3       # 128-bit (NEON, SIMD128, SSE): 12 of 16/32 registers
@@ -434,7 +434,7 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
         post, after = tile_post(epilogue, row0, valid, vw)
         ahead = i64(K * nr) if mr >= PREFETCH_ROWS and panel_at is None else None
         B, b_off, ldb = Bp, b.mul(p if panel_at is None else panel_at, i64(K * nr)), nr
-        if planes is not None and valid is None:  # (measured: prefetching the next panel's row gains nothing)
+        if planes is not None and valid is None:  # (prefetching the next panel's row gains nothing)
             B, b_off, ldb, ahead = planes[0], b.add(planes[1], j0), planes[2], None
         _tile(b, A, a_row0, lda, B, b_off, ldb, C, c_row0, ldc,
               i64(0), K, mr, nv_t, vw, ety, c_j0=j0, valid=valid, post=post, ahead=ahead, round_a=round_a)
@@ -444,9 +444,8 @@ def emit_gemm_packed(b, A, a_off, lda, Bp, C, c_off, ldc, M, N, K, vw, ety, epil
 
 
 # A K block of a panel-at-a-time GEMM keeps its share of A (all M rows) and of the B
-# panel (this one and the prefetched next) within about half of a 1 MiB L2 (Zen 5;
-# measured against the 2 MiB one's 1 MiB: ResNet-50's 512-channel 3x3 convs at 7x7
-# 1132 -> 1092 us, ResNet-50 fp32 0.98-0.99x in interleaved runs).
+# panel (this one and the prefetched next) within about half of a 1 MiB L2 (blocks of
+# the whole L2, as once sized for a 2 MiB one, ran slower).
 K_BLOCK_BYTES = 1 << 19
 
 
@@ -495,11 +494,10 @@ def emit_gemm_panel(b, A, a_off, lda, ldk, Bp, C, ldc, M, K, vw, ety, panel, sto
 # outgrow a 32 KiB L1 data cache from K = 512 on (and the tiles' FMAs are slow enough
 # that streaming B from L2 shows). These GEMMs run K in blocks whose slice of a panel
 # (L1_PANEL_BYTES) stays in L1 across the row blocks that use it, and the rows in
-# blocks whose slice of A (L2_ROWS_BYTES) stays in L2 across the panels. Measured on
-# an AVX2 Zen 1 core (32 KiB L1, 512 KiB L2), nn.Linear at batch 128: 768 -> 768 28 ->
-# 36 GFLOP/s, 3072 -> 768 26 -> 36 (peak 40). AVX-512 keeps the (panel, row block)
-# items of emit_gemm_packed: there a 12-row tile does enough FMAs per B row to stream
-# B from L2 (93% of peak at 1024^3, Zen 5).
+# blocks whose slice of A (L2_ROWS_BYTES) stays in L2 across the panels: on an AVX2 core
+# with a 32 KiB L1 and a 512 KiB L2 that brings nn.Linear layers close to the FMA peak.
+# AVX-512 keeps the (panel, row block) items of emit_gemm_packed: there a 12-row tile
+# does enough FMAs per B row to stream B from L2 near peak.
 L1_PANEL_BYTES = 16 << 10
 L2_ROWS_BYTES = 256 << 10
 

@@ -31,8 +31,8 @@ def pair_join(b, lo, hi):
 def index_div(b, x, n):
     """x // n for an index x >= 0 (i64) and a count n > 0 (an int or a runtime size): a
     shift for a power of two, else an unsigned division (the signed one's fix-ups for a
-    negative x cost a few instructions per use: ResNet-50 bf16's expand convs, whose
-    epilogues find each row's bias and residual, -5..8% each)."""
+    negative x cost a few instructions per use, which add up in the epilogues that find
+    each row's bias and residual)."""
     if isinstance(n, int) and n & (n - 1) == 0:
         return b.lshr(x, i64(n.bit_length() - 1))
     return b.udiv(x, i64(n))

@@ -1,14 +1,15 @@
 """Embed a model's weights as read-only data in an object file of their own.
 
-How (measured for 100 MiB on this machine; see the module tests):
+How (see the module tests):
 
 * LLVM emits a one-global module, `@sym = hidden constant [N x i8]
   zeroinitializer, align 64`, which costs no IR text and fills the section
-  with N zeros quickly (0.2-0.45 s in memory); we then overwrite those zeros in the object
+  with N zeros quickly (in memory); we then overwrite those zeros in the object
   with the weights, at the offset the object's own symbol table gives (ELF) or
   in its only data segment (wasm). Works for every ELF target and for wasm32.
 * An `ir.Constant` byte array in the IR (llvmlite escapes every byte in
-  Python) takes ~5.7 s and ~1.5 GB, so it is not used.
+  Python) is an order of magnitude slower and needs many times the weights'
+  bytes in memory, so it is not used.
 * Module-level inline asm with `.incbin` is as fast, but llvmlite 0.50 only
   links the *host* asm parser: for aarch64 or wasm32 LLVM aborts the process
   ("Inline asm not supported by this streamer ...").

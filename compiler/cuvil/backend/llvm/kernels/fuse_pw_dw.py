@@ -40,11 +40,9 @@ from .epilogue import row_epilogue
 from .schemes import quantized_weight
 
 
-# Fuse where the 1x1 conv's result would be at least this large (twice a 1 MiB L2).
-# MobileNetV2 on Zen 5, per pair at one thread (interleaved, fused / unfused): 16 -> 96
-# at 112x112 (4.6 MiB) then stride 2: f32 369 / 653 us, bf16 202 / 277 us; 24 -> 144 at
-# 56x56 (1.7 MiB) then stride 1: 223 / 189 and 131 / 116 us (the halo rows and the
-# smaller GEMMs cost more than the traffic saved where the tensor stays in L3).
+# Fuse where the 1x1 conv's result would be at least this large (twice a 1 MiB L2):
+# larger ones gain clearly from fusing, in f32 and bf16; for smaller ones the halo rows
+# and the smaller GEMMs cost more than the traffic saved where the tensor stays in L3.
 FUSE_MIN_BYTES = 2 << 20
 
 # Input rows of the depthwise conv (all channels, f32) per band: with the band's copy

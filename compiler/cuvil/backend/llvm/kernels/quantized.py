@@ -53,8 +53,8 @@ from .schemes import QROWS, bf16_bits, isa_of
 def plain_bf16_blob(rows: np.ndarray, packed: bool, vw: int) -> np.ndarray:
     """rows [C, 2K] u8 (bf16 bytes) -> u8: a matmul's B ([K, C]) in gemm.pack_b panels of
     bf16 bits, each row's columns in gemm.bf16_panel_order (packed), else (a conv's weight) the rows' values as f32: the conv GEMM
-    broadcasts them one at a time, and widening each there made ResNet-50 37% slower
-    than f32 (AVX2 Zen 1)."""
+    broadcasts them one at a time, and widening each there costs more than the halved
+    bytes save (slower than f32 itself)."""
     if not packed:
         return np.ascontiguousarray(bf16_decode(rows).astype("<f4")).view(np.uint8).reshape(-1)
     bits = np.ascontiguousarray(rows).view("<u2")

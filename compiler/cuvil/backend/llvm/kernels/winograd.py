@@ -31,9 +31,8 @@ WINO_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
 WINO_AT = ((1, 1, 1, 0), (0, 1, -1, -1))
 
 # Channels and 2x2 tiles below which the direct GEMM conv is kept. A 7x7 plane has 16
-# tiles: ResNet-50's 512 -> 512 convs there took 960 instead of 1130 us at one thread on
-# Zen 5 but gained nothing at two, where the transformed weight (16/9 of the bytes,
-# 16.8 MiB) streams from memory.
+# tiles: ResNet-50's 512 -> 512 convs there gain at one thread but not at two, where the
+# transformed weight (16/9 of the bytes) streams from memory and bandwidth eats the gain.
 WINO_MIN_CHANNELS = 16
 
 WINO_MIN_TILES = 32
@@ -92,9 +91,9 @@ def winograd_blocked(c: int, oc: int, out: TensorType) -> bool:
     OC f32 at most WINO_BLOCKED_WEIGHT_BYTES) and enough tile rows to share."""
     return 16 * c * oc * 4 <= WINO_BLOCKED_WEIGHT_BYTES and -(-out.shape[2] // 2) >= 8
 
-# The largest transformed weight that the tile-row form re-reads for every tile row.
-# Zen 5, 128 -> 128 at 28x28 (1 MiB): tile rows 568 / 298 us at 1 / 2 threads, whole
-# planes 522 / 317: kept whole.
+# The largest transformed weight that the tile-row form re-reads for every tile row. At
+# 1 MiB (128 -> 128 at 28x28) tile rows lost at one thread and gained little at two:
+# kept whole.
 WINO_BLOCKED_WEIGHT_BYTES = 256 << 10
 
 
@@ -114,9 +113,8 @@ def k_conv2d_winograd(b, k: KernelArgs):
     channel) or on each stored row pair. Per image, either each step across the threads
     over the whole plane (channels, (e, row block) items, output channels), or, for small
     weights (winograd_blocked), tile row by tile row: each thread runs all three steps
-    for its rows in one slot of V and M, which stays in its cache (ResNet-50's 64 -> 64
-    convs at 56x56 on Zen 5, alone: 613 -> 602 us at 1 thread, 410 -> 312 at 2; in the
-    model at 2 threads 451-486 -> 318-348)."""
+    for its rows in one slot of V and M, which stays in its cache instead of going
+    through memory between the steps (worth most with several threads)."""
     return _Winograd(k).emit(b)
 
 
