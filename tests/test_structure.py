@@ -30,8 +30,6 @@ KNOWN_CYCLES: dict[tuple[str, ...], str] = {
 # "path" (a module) or "path:qualname" (a function, e.g. "a.py:Class.method",
 # "a.py:outer.inner") -> why it may be over the limit.
 EXCEPTIONS: dict[str, str] = {
-    "frontends/torch.py:capture_torch": "being split (issue 31)",
-    "frontends/torch_ops.py": "being split (issue 31)",
 }
 
 

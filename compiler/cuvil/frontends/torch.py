@@ -1,9 +1,10 @@
 """PyTorch frontend: `torch.export.export` -> ATen graph -> Cuvil IR (no ONNX in between).
 
 The exported graph keeps high-level ATen ops (conv2d, linear, batch_norm, ...); each is
-lowered by a handler in `torch_ops.py`. Parameters and buffers become `cuvil.constant`s
-named after the model's state-dict keys. Every node's lowered type is checked against the
-shape and dtype torch recorded for it.
+lowered by a handler in `torch_ops.py`, `torch_shape_ops.py`, `torch_composite.py`,
+`torch_hf.py` or `torch_quant.py`, keyed by schema name in `torch_ops.HANDLERS`.
+Parameters and buffers become `cuvil.constant`s named after the model's state-dict keys.
+Every node's lowered type is checked against the shape and dtype torch recorded for it.
 """
 from __future__ import annotations
 
@@ -202,6 +203,14 @@ def bind(node, low: Lowering) -> dict[str, Any]:
     return out
 
 
+def handlers() -> dict:
+    """ATen schema name -> handler, for every op the frontend lowers. The handler modules
+    fill torch_ops.HANDLERS when imported: here, not at the top, so that importing this
+    module stays cheap. (torch_hf's `index` replaces torch_composite's.)"""
+    from . import torch_composite, torch_hf, torch_ops, torch_quant, torch_shape_ops  # noqa: F401
+    return torch_ops.HANDLERS
+
+
 def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str] | None = None,
                   dynamic_shapes: Sequence | None = None, dim_bounds: dict | None = None) -> Module:
     """Export `model` with torch.export at the example inputs' shapes and lower it.
@@ -209,33 +218,8 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
     `dynamic_shapes` (one entry per input: a list of dims, each an int or a symbol name such
     as "batch", or None for a static input) and `dim_bounds` ({name: (min, max)}) make dims
     symbolic: torch.export gets matching `Dim`s and the IR carries the names."""
-    import torch
-    from . import torch_composite, torch_ops  # noqa: F401  (torch_composite registers handlers)
-    from . import torch_hf  # noqa: F401  (registers the Hugging Face Transformers handlers)
-    from . import torch_quant  # (registers the PT2E quantize/dequantize handlers)
-
-    if isinstance(model, torch.nn.Module):
-        try:
-            model = model.eval()
-        except NotImplementedError:  # an exported / PT2E-converted GraphModule is already eval-only
-            pass
-    inputs = tuple(torch.as_tensor(x) if isinstance(x, np.ndarray) else x for x in example_inputs)
-    export_dynamic = None
-    if dynamic_shapes is not None:
-        export_dynamic = _for_signature(model, _torch_dynamic_shapes(inputs, dynamic_shapes, dict(dim_bounds or {})))
-    try:
-        with torch.no_grad():
-            ep = torch.export.export(model, inputs, dynamic_shapes=export_dynamic)
-    except Exception as e:  # torch raises many types; the user needs the message
-        hint = ""
-        for spec, x in zip(dynamic_shapes or (), inputs):
-            ones = [d for d, n in zip(spec or (), getattr(x, "shape", ())) if isinstance(d, str) and n == 1]
-            if ones:
-                hint = (f" (the example input has size 1 in the symbolic dim {ones[0]!r}: torch.export "
-                        "specialises such dims; give an example of size >= 2 there)")
-                break
-        raise FrontendError(f"torch.export.export failed: {type(e).__name__}: "
-                            f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from e
+    handlers()
+    ep = _export(model, example_inputs, dynamic_shapes, dim_bounds)
     sig = ep.graph_signature
     if getattr(sig, "buffers_to_mutate", None):
         raise FrontendError("the model mutates buffers in forward (call model.eval()?): "
@@ -247,6 +231,54 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     user = [n for n in placeholders if n.name not in params]
     names = list(name_inputs) if name_inputs else [n.name for n in user]
+    types, symbols = _input_types(user, names, dynamic_shapes)
+    fn = Function("main", names, types)
+    if symbols:
+        fn.attrs["dim_bounds"] = _dim_bounds(ep, symbols, dim_bounds)
+    low = Lowering(fn)
+    low.symbols = symbols
+    for n, arg in zip(user, fn.args):
+        low.env[n] = arg
+    for n in placeholders:
+        if n.name in params:
+            t = state[params[n.name]]
+            low.env[n] = low.const(t.detach().cpu().contiguous().numpy().copy(), name=params[n.name])
+    for node in graph.nodes:
+        if node.op == "call_function":
+            _lower_node(low, node)
+    return _finish(low, next(n for n in graph.nodes if n.op == "output"))
+
+
+def _export(model, example_inputs: Sequence, dynamic_shapes: Sequence | None, dim_bounds: dict | None):
+    """torch.export's ExportedProgram of `model` (in eval mode) at the example inputs."""
+    import torch
+    if isinstance(model, torch.nn.Module):
+        try:
+            model = model.eval()
+        except NotImplementedError:  # an exported / PT2E-converted GraphModule is already eval-only
+            pass
+    inputs = tuple(torch.as_tensor(x) if isinstance(x, np.ndarray) else x for x in example_inputs)
+    export_dynamic = None
+    if dynamic_shapes is not None:
+        export_dynamic = _for_signature(model, _torch_dynamic_shapes(inputs, dynamic_shapes, dict(dim_bounds or {})))
+    try:
+        with torch.no_grad():
+            return torch.export.export(model, inputs, dynamic_shapes=export_dynamic)
+    except Exception as e:  # torch raises many types; the user needs the message
+        hint = ""
+        for spec, x in zip(dynamic_shapes or (), inputs):
+            ones = [d for d, n in zip(spec or (), getattr(x, "shape", ())) if isinstance(d, str) and n == 1]
+            if ones:
+                hint = (f" (the example input has size 1 in the symbolic dim {ones[0]!r}: torch.export "
+                        "specialises such dims; give an example of size >= 2 there)")
+                break
+        raise FrontendError(f"torch.export.export failed: {type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from e
+
+
+def _input_types(user: list, names: list[str], dynamic_shapes: Sequence | None) -> tuple[list, dict[str, str]]:
+    """(the user inputs' types, torch's symbol -> the user's dim name) from the placeholders."""
+    import torch
     types = []
     symbols: dict[str, str] = {}
     for i, n in enumerate(user):
@@ -265,54 +297,57 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
                                     f"the dim {spec[ax]!r} to {d} (the model only works at that size, or the "
                                     "example input has size 1 there: give an example of size >= 2)")
         types.append(TensorType(tuple(dim_of(d, symbols) for d in v.shape), cuvil_dtype(v.dtype)))
-    fn = Function("main", names, types)
-    if symbols:
-        bounds = {}
-        ranges = {str(k): v for k, v in ep.range_constraints.items()}
-        for sym, name in symbols.items():
-            r = ranges.get(sym)
-            lo, hi = dim_bounds[name]
-            if r is not None:  # torch may narrow the range the user gave
-                lo = max(int(lo), int(r.lower))
-                hi = min(int(hi), int(r.upper)) if str(r.upper) not in ("oo", "int_oo") else int(hi)
-            bounds[name] = [int(lo), int(hi)]
-        fn.attrs["dim_bounds"] = bounds
-    low = Lowering(fn)
-    low.symbols = symbols
-    for n, arg in zip(user, fn.args):
-        low.env[n] = arg
-    for n in placeholders:
-        if n.name in params:
-            t = state[params[n.name]]
-            low.env[n] = low.const(t.detach().cpu().contiguous().numpy().copy(), name=params[n.name])
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        low.node = node
-        if not isinstance(node.meta.get("val"), (torch.Tensor, list, tuple, type(None))) and \
-                type(node.meta.get("val")).__name__ in ("SymInt", "int"):
-            # A size computation (sym_size, products of sizes): its value is the dim torch recorded.
-            low.env[node] = low.dim(node.meta["val"])
-            continue
-        loc, where = source_of(node)
-        low.b.loc = loc
-        key = op_key(node.target)
-        handler = torch_ops.HANDLERS.get(key)
-        if handler is None:
-            raise UnsupportedOpError(f"unsupported op {node.target} ({key})"
-                                     + (f" at {where}" if where else ""))
-        try:
-            bound = bind(node, low)
-            torch_quant.check_operands(key, bound)
-            result = handler(low, bound)
-        except CuvilError as e:
-            raise type(e)(f"{e} (lowering {node.target}" + (f" at {where})" if where else ")")) from None
-        except Exception as e:
-            raise FrontendError(f"cannot lower {node.target}: {type(e).__name__}: {e}"
-                                + (f" at {where}" if where else "")) from e
-        low.env[node] = result
-        _check_against_torch(low, node, result, where)
-    out_node = next(n for n in graph.nodes if n.op == "output")
+    return types, symbols
+
+
+def _dim_bounds(ep, symbols: dict[str, str], dim_bounds: dict) -> dict[str, list[int]]:
+    """Each symbolic dim's [min, max]: the user's bounds, narrowed to torch's range."""
+    bounds = {}
+    ranges = {str(k): v for k, v in ep.range_constraints.items()}
+    for sym, name in symbols.items():
+        r = ranges.get(sym)
+        lo, hi = dim_bounds[name]
+        if r is not None:  # torch may narrow the range the user gave
+            lo = max(int(lo), int(r.lower))
+            hi = min(int(hi), int(r.upper)) if str(r.upper) not in ("oo", "int_oo") else int(hi)
+        bounds[name] = [int(lo), int(hi)]
+    return bounds
+
+
+def _lower_node(low: Lowering, node) -> None:
+    """Lower one call_function node into low.env[node], checked against torch's type."""
+    import torch
+
+    from .torch_quant import check_operands
+    low.node = node
+    if not isinstance(node.meta.get("val"), (torch.Tensor, list, tuple, type(None))) and \
+            type(node.meta.get("val")).__name__ in ("SymInt", "int"):
+        # A size computation (sym_size, products of sizes): its value is the dim torch recorded.
+        low.env[node] = low.dim(node.meta["val"])
+        return
+    loc, where = source_of(node)
+    low.b.loc = loc
+    key = op_key(node.target)
+    handler = handlers().get(key)
+    if handler is None:
+        raise UnsupportedOpError(f"unsupported op {node.target} ({key})"
+                                 + (f" at {where}" if where else ""))
+    try:
+        bound = bind(node, low)
+        check_operands(key, bound)
+        result = handler(low, bound)
+    except CuvilError as e:
+        raise type(e)(f"{e} (lowering {node.target}" + (f" at {where})" if where else ")")) from None
+    except Exception as e:
+        raise FrontendError(f"cannot lower {node.target}: {type(e).__name__}: {e}"
+                            + (f" at {where}" if where else "")) from e
+    low.env[node] = result
+    _check_against_torch(low, node, result, where)
+
+
+def _finish(low: Lowering, out_node) -> Module:
+    """The function's return of the graph's outputs, in a verified module."""
+    fn = low.fn
     outs = []
     for a in _flatten(out_node.args[0]):
         v = low.value(a)

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir import Value
-from .torch_ops import _axes, _norm_dim, _pair, handles
+from .torch_ops import handles, norm_dim, pair, reduce_axes
 
 
 def _constant_array(v: Value, what: str) -> np.ndarray:
@@ -29,10 +29,10 @@ def _conv_transpose(low, a):
     if one_d:
         wa = wa[:, :, None, :]
     g = int(a["groups"])
-    (sh, sw) = [1, *_pair(a["stride"], 1)] if one_d else _pair(a["stride"])
-    (ph, pw) = [0, *_pair(a["padding"], 1)] if one_d else _pair(a["padding"])
-    (oph, opw) = [0, *_pair(a["output_padding"], 1)] if one_d else _pair(a["output_padding"])
-    (dh, dw) = [1, *_pair(a["dilation"], 1)] if one_d else _pair(a["dilation"])
+    (sh, sw) = [1, *pair(a["stride"], 1)] if one_d else pair(a["stride"])
+    (ph, pw) = [0, *pair(a["padding"], 1)] if one_d else pair(a["padding"])
+    (oph, opw) = [0, *pair(a["output_padding"], 1)] if one_d else pair(a["output_padding"])
+    (dh, dw) = [1, *pair(a["dilation"], 1)] if one_d else pair(a["dilation"])
     cin, ocg, kh, kw = wa.shape
     n, c, h, wd = x.shape
     # Insert (stride - 1) zeros between pixels: [N,C,H,1,W,1] -> pad -> [N,C,H*s,W*s] -> crop.
@@ -165,7 +165,7 @@ def _vector_norm(low, a):
     order = a.get("ord", a.get("p", 2))
     if order not in (2, 2.0, None):
         raise UnsupportedOpError(f"vector norm of order {order} is not supported (only 2)")
-    axes = _axes(a.get("dim"), x.type.rank)
+    axes = reduce_axes(a.get("dim"), x.type.rank)
     sq = low.op("cuvil.reduce_sum", low.op("cuvil.mul", x, x), axes=axes, keepdims=bool(a.get("keepdim", False)))
     return low.op("cuvil.sqrt", sq)
 
@@ -175,7 +175,7 @@ def _flip(low, a):
     x = a["self"]
     v = x.defining_op
     if v is not None and v.name == "cuvil.constant":
-        return low.const(np.ascontiguousarray(np.flip(v.value, [_norm_dim(d, x.type.rank) for d in a["dims"]])))
+        return low.const(np.ascontiguousarray(np.flip(v.value, [norm_dim(d, x.type.rank) for d in a["dims"]])))
     raise UnsupportedOpError("flip of a computed tensor is not supported")
 
 
@@ -183,6 +183,6 @@ def _flip(low, a):
 def _stack(low, a):
     ts = list(a["tensors"])
     rank = ts[0].type.rank + 1
-    d = _norm_dim(a.get("dim", 0), rank)
+    d = norm_dim(a.get("dim", 0), rank)
     parts = [low.reshape(t, list(t.shape[:d]) + [1] + list(t.shape[d:])) for t in ts]
     return parts[0] if len(parts) == 1 else low.op("cuvil.concat", *parts, axis=d)

@@ -9,7 +9,7 @@ from ..errors import UnsupportedOpError
 from ..ir import symdim
 from ..ir.types import broadcast_shapes
 from .torch_composite import _index as _index_one
-from .torch_ops import _norm_dim, handles
+from .torch_ops import handles, norm_dim
 
 
 def _wrap_negative(low, idx, n):
@@ -29,7 +29,7 @@ def _gather(low, a):
     rank = x.type.rank
     if idx.type.rank != rank:
         raise UnsupportedOpError(f"gather needs an index of the input's rank {rank}, got {idx.type}")
-    d = _norm_dim(a["dim"], rank)
+    d = norm_dim(a["dim"], rank)
     off = [k for k in range(rank) if k != d]
     one_row = all(idx.shape[k] == 1 for k in off)  # the flat index is the index itself (scaled)
     if one_row:

@@ -1,4 +1,7 @@
-"""Handlers lowering ATen ops to Cuvil IR, keyed by schema name ('aten::conv2d').
+"""Handlers lowering ATen ops to Cuvil IR, keyed by schema name ('aten::conv2d') in
+HANDLERS here; the shape and data-movement ops are in torch_shape_ops.py, composite ops
+in torch_composite.py, Hugging Face patterns in torch_hf.py, PT2E quantization in
+torch_quant.py (torch.handlers() imports them all).
 
 Each handler takes the Lowering state and the node's arguments bound to schema names,
 and returns a Value (or a list of Values for multi-output ops).
@@ -24,11 +27,11 @@ def handles(*names):
     return deco
 
 
-def _norm_dim(d: int, rank: int) -> int:
+def norm_dim(d: int, rank: int) -> int:
     return d + rank if d < 0 else d
 
 
-def _pair(v, n=2):
+def pair(v, n=2):
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return v * n if len(v) == 1 else v
 
@@ -301,11 +304,11 @@ def _conv(low, x, w, b, stride, padding, dilation, groups):
     if nd == 1:  # conv1d as a conv2d with height 1
         x = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
         w = low.reshape(w, [w.shape[0], w.shape[1], 1, w.shape[2]])
-        stride, dilation = [1, *_pair(stride, 1)], [1, *_pair(dilation, 1)]
-        padding = padding if isinstance(padding, str) else [0, *_pair(padding, 1)]
+        stride, dilation = [1, *pair(stride, 1)], [1, *pair(dilation, 1)]
+        padding = padding if isinstance(padding, str) else [0, *pair(padding, 1)]
     elif nd != 2:
         raise UnsupportedOpError(f"conv{nd}d is not supported (conv1d and conv2d are)")
-    stride, dilation = _pair(stride), _pair(dilation)
+    stride, dilation = pair(stride), pair(dilation)
     kh, kw = w.shape[2], w.shape[3]
     if isinstance(padding, str):
         if padding == "valid":
@@ -314,7 +317,7 @@ def _conv(low, x, w, b, stride, padding, dilation, groups):
             th, tw = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
             pads = [th // 2, tw // 2, th - th // 2, tw - tw // 2]
     else:
-        ph, pw = _pair(padding)
+        ph, pw = pair(padding)
         pads = [ph, pw, ph, pw]
     y = low.op("cuvil.conv2d", low.cast(x, w.dtype), w, stride=stride, dilation=dilation, pads=pads,
                groups=int(groups))
@@ -372,19 +375,19 @@ def _layer_norm(low, a):
 # -- pooling ----------------------------------------------------------------------------
 @handles("max_pool2d", "max_pool2d_with_indices")
 def _max_pool2d(low, a):
-    k = _pair(a["kernel_size"])
-    s = _pair(a["stride"]) if a["stride"] else k
-    ph, pw = _pair(a["padding"])
+    k = pair(a["kernel_size"])
+    s = pair(a["stride"]) if a["stride"] else k
+    ph, pw = pair(a["padding"])
     y = low.op("cuvil.max_pool2d", a["self"], kernel=k, stride=s, pads=[ph, pw, ph, pw],
-               dilation=_pair(a["dilation"]), ceil_mode=bool(a["ceil_mode"]))
+               dilation=pair(a["dilation"]), ceil_mode=bool(a["ceil_mode"]))
     return y if low.node.target._schema.name == "aten::max_pool2d" else [y, None]
 
 
 @handles("avg_pool2d")
 def _avg_pool2d(low, a):
-    k = _pair(a["kernel_size"])
-    s = _pair(a["stride"]) if a["stride"] else k
-    ph, pw = _pair(a["padding"])
+    k = pair(a["kernel_size"])
+    s = pair(a["stride"]) if a["stride"] else k
+    ph, pw = pair(a["padding"])
     return low.op("cuvil.avg_pool2d", a["self"], kernel=k, stride=s, pads=[ph, pw, ph, pw],
                   ceil_mode=bool(a["ceil_mode"]), count_include_pad=bool(a["count_include_pad"]),
                   divisor=int(a["divisor_override"] or 0))
@@ -400,16 +403,16 @@ def _adaptive_avg_pool2d(low, a):
 def _adaptive_avg_pool1d(low, a):
     x = a["self"]
     x4 = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
-    y = low.op("cuvil.adaptive_avg_pool2d", x4, size=[1, int(_pair(a["output_size"], 1)[0])])
+    y = low.op("cuvil.adaptive_avg_pool2d", x4, size=[1, int(pair(a["output_size"], 1)[0])])
     return low.reshape(y, low.meta_type().shape)
 
 
 # -- reductions and softmax -----------------------------------------------------------------
-def _axes(dims, rank):
+def reduce_axes(dims, rank):
     if dims is None or dims == []:
         return list(range(rank))
     dims = dims if isinstance(dims, (list, tuple)) else [dims]
-    return sorted({_norm_dim(d, rank) for d in dims})
+    return sorted({norm_dim(d, rank) for d in dims})
 
 
 def _reduce(opname):
@@ -418,7 +421,7 @@ def _reduce(opname):
         dtype = low.meta_type().dtype
         x = low.cast(x, dtype)
         keep = bool(a.get("keepdim", False))
-        return low.op(opname, x, axes=_axes(a.get("dim"), x.type.rank), keepdims=keep)
+        return low.op(opname, x, axes=reduce_axes(a.get("dim"), x.type.rank), keepdims=keep)
     return handler
 
 
@@ -431,209 +434,12 @@ handles("amin")(_reduce("cuvil.reduce_min"))
 def _softmax(opname):
     def handler(low, a):
         x = low.cast(a["self"], low.meta_type().dtype)
-        return low.op(opname, x, axis=_norm_dim(a["dim"], x.type.rank))
+        return low.op(opname, x, axis=norm_dim(a["dim"], x.type.rank))
     return handler
 
 
 handles("softmax", "_softmax")(_softmax("cuvil.softmax"))
 handles("log_softmax", "_log_softmax")(_softmax("cuvil.log_softmax"))
-
-
-# -- shape ops ------------------------------------------------------------------------
-@handles("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze",
-         "squeeze_", "unsqueeze_", "view_as", "reshape_as")
-def _reshape(low, a):
-    return low.reshape(a["self"], low.meta_type().shape)
-
-
-@handles("expand", "expand_as", "broadcast_to")
-def _expand(low, a):
-    x, shape = a["self"], list(low.meta_type().shape)
-    if list(x.shape) == shape:
-        return x
-    if x.type.rank < len(shape):
-        x = low.reshape(x, [1] * (len(shape) - x.type.rank) + list(x.shape))
-    return low.op("cuvil.broadcast_to", x, shape=shape)
-
-
-@handles("permute")
-def _permute(low, a):
-    x = a["self"]
-    perm = [_norm_dim(d, x.type.rank) for d in a["dims"]]
-    return x if perm == sorted(perm) else low.op("cuvil.transpose", x, perm=perm)
-
-
-@handles("transpose", "swapaxes")
-def _transpose(low, a):
-    x = a["self"]
-    d0, d1 = (_norm_dim(a[k], x.type.rank) for k in (("dim0", "dim1") if "dim0" in a else ("axis0", "axis1")))
-    if d0 == d1:
-        return x
-    perm = list(range(x.type.rank))
-    perm[d0], perm[d1] = perm[d1], perm[d0]
-    return low.op("cuvil.transpose", x, perm=perm)
-
-
-@handles("cat", "concat", "concatenate")
-def _cat(low, a):
-    ts = [t for t in a["tensors"] if not (t.type.rank == 1 and t.shape[0] == 0)]
-    dtype = low.meta_type().dtype
-    ts = [low.cast(t, dtype) for t in ts]
-    if len(ts) == 1:
-        return ts[0]
-    return low.op("cuvil.concat", *ts, axis=_norm_dim(a["dim"], ts[0].type.rank))
-
-
-def _slice(low, x: Value, dim: int, start: int, end: int, step: int) -> Value:
-    n = x.shape[dim]
-    if isinstance(n, str) or isinstance(end, str) or isinstance(start, str):
-        return _symbolic_slice(low, x, dim, start, end, step)
-    start, end, step = slice(start, end, step).indices(n)
-    if step < 1:
-        raise UnsupportedOpError("slices with a negative step are not supported")
-    end = max(end, start)
-    if (start, end, step) == (0, n, 1):
-        return x
-    starts, ends, steps = [0] * x.type.rank, list(x.shape), [1] * x.type.rank
-    starts[dim], ends[dim], steps[dim] = start, end, step
-    return low.op("cuvil.slice", x, starts=starts, ends=ends, steps=steps)
-
-
-def _symbolic_slice(low, x: Value, dim: int, start, end, step) -> Value:
-    """A slice where the dim or the end is symbolic: constant, non-negative start and step 1;
-    an end past the dim (None, sys.maxsize, the dim itself) is the dim."""
-    n = x.shape[dim]
-    start = start or 0
-    step = step or 1
-    if end is None or end == n or (isinstance(end, int) and isinstance(n, str) and end >= 2**31):
-        end = n
-    if not isinstance(start, int) or start < 0 or step != 1 or (isinstance(end, int) and end < 0):
-        raise UnsupportedOpError(f"slice {start}:{end}:{step} of the symbolic dim {n} is not supported "
-                                 "(a constant start >= 0, step 1 and the dim or a symbolic end are)")
-    if (start, end) == (0, n):
-        return x
-    starts, ends, steps = [0] * x.type.rank, list(x.shape), [1] * x.type.rank
-    starts[dim], ends[dim] = start, end
-    return low.op("cuvil.slice", x, starts=starts, ends=ends, steps=steps)
-
-
-@handles("slice")
-def _slice_h(low, a):
-    x = a["self"]
-    dim = _norm_dim(a["dim"], x.type.rank)
-    return _slice(low, x, dim, a["start"], a["end"], a["step"] or 1)
-
-
-@handles("select")
-def _select(low, a):
-    x = a["self"]
-    dim = _norm_dim(a["dim"], x.type.rank)
-    i = a["index"] + x.shape[dim] if a["index"] < 0 else a["index"]
-    return low.reshape(_slice(low, x, dim, i, i + 1, 1), low.meta_type().shape)
-
-
-@handles("narrow")
-def _narrow(low, a):
-    x = a["self"]
-    dim = _norm_dim(a["dim"], x.type.rank)
-    return _slice(low, x, dim, a["start"], a["start"] + a["length"], 1)
-
-
-def _split_at(low, x, dim, sizes):
-    outs, start = [], 0
-    for s in sizes:
-        outs.append(_slice(low, x, dim, start, start + s, 1))
-        start += s
-    return outs
-
-
-@handles("split", "split_with_sizes")
-def _split(low, a):
-    x = a["self"]
-    dim = _norm_dim(a["dim"], x.type.rank)
-    n = x.shape[dim]
-    size = a["split_size"] if "split_size" in a else a["split_sizes"]
-    sizes = size if isinstance(size, (list, tuple)) else [min(size, n - i) for i in range(0, n, size)]
-    return _split_at(low, x, dim, sizes)
-
-
-@handles("chunk")
-def _chunk(low, a):
-    x = a["self"]
-    dim = _norm_dim(a["dim"], x.type.rank)
-    n = x.shape[dim]
-    size = -(-n // a["chunks"])
-    return _split_at(low, x, dim, [min(size, n - i) for i in range(0, n, size)])
-
-
-@handles("unbind")
-def _unbind(low, a):
-    x = a["self"]
-    dim = _norm_dim(a["dim"], x.type.rank)
-    shape = [d for i, d in enumerate(x.shape) if i != dim]
-    return [low.reshape(s, shape) for s in _split_at(low, x, dim, [1] * x.shape[dim])]
-
-
-@handles("getitem")
-def _getitem(low, a):
-    seq, i = a["args"]
-    return seq[i]
-
-
-@handles("pad", "constant_pad_nd")
-def _pad(low, a):
-    x = a["self"] if "self" in a else a["input"]
-    mode = a.get("mode", "constant")
-    if mode != "constant":
-        raise UnsupportedOpError(f"pad mode {mode!r} is not supported (only 'constant')")
-    flat = list(a["pad"])
-    pads = [[0, 0] for _ in range(x.type.rank)]
-    for i in range(len(flat) // 2):  # torch lists the last dim first
-        pads[x.type.rank - 1 - i] = [flat[2 * i], flat[2 * i + 1]]
-    value = float(a.get("value") or 0.0)
-    # Negative padding crops.
-    for d, (lo, hi) in enumerate(pads):
-        if lo < 0 or hi < 0:
-            x = _slice(low, x, d, max(-lo, 0), x.shape[d] - max(-hi, 0), 1)
-            pads[d] = [max(lo, 0), max(hi, 0)]
-    if all(p == [0, 0] for p in pads):
-        return x
-    return low.op("cuvil.pad", x, pads=pads, value=value)
-
-
-# -- upsampling ----------------------------------------------------------------------------
-def _resize(low, a, mode):
-    x = a["input"] if "input" in a else a["self"]
-    out = list(low.meta_type().shape[2:])
-    scales = a.get("scale_factors")
-    if scales is None and a.get("scales_h") is not None:
-        scales = [a["scales_h"], a["scales_w"]]
-    align = bool(a.get("align_corners") or False)
-    # PyTorch maps output to input with 1/scale when a scale factor was given.
-    ratio = [1.0 / float(s) if s else x.shape[2 + i] / out[i] for i, s in enumerate(scales or [None, None])]
-    return low.op("cuvil.resize", x, mode=mode, size=out, ratio=ratio, align_corners=align)
-
-
-@handles("upsample_nearest2d")
-def _up_nearest(low, a):
-    return _resize(low, a, "nearest")
-
-
-@handles("upsample_bilinear2d")
-def _up_bilinear(low, a):
-    return _resize(low, a, "bilinear")
-
-
-# -- gather -----------------------------------------------------------------------------
-@handles("embedding")
-def _embedding(low, a):
-    return low.op("cuvil.gather", a["weight"], a["indices"], axis=0)
-
-
-@handles("index_select")
-def _index_select(low, a):
-    x = a["self"]
-    return low.op("cuvil.gather", x, a["index"], axis=_norm_dim(a["dim"], x.type.rank))
 
 
 # -- attention ----------------------------------------------------------------------------
