@@ -230,7 +230,3 @@ class DimValue(Op):
     def reference(cls, args, attrs):
         return [np.int64(attrs["dims"][0])]
 
-
-# Ops that only move or view data (the memory planner may alias reshape).
-DATA_MOVEMENT = frozenset({"cuvil.reshape", "cuvil.transpose", "cuvil.broadcast_to", "cuvil.concat",
-                           "cuvil.slice", "cuvil.pad", "cuvil.gather"})
