@@ -142,21 +142,21 @@ def capture_to(cfg: Config, out: Path) -> list[Path]:
         raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
     model, given = (result if isinstance(result, tuple) and len(result) == 2 else (result, None))
     inputs = _example_inputs(cfg, given)
-    from .frontends import torch_ops
-    from .frontends.torch import capture_torch
+    from .frontends.torch import capture_torch, handlers
     from .ir import write_bundle
     names = [s["name"] for s in cfg.data.get("inputs", [])] or None
     custom = {c["op"]: _custom_op_handler(c["symbol"]) for c in (cfg.data.get("plugin") or {}).get("custom_ops", [])}
-    saved = {k: torch_ops.HANDLERS[k] for k in custom if k in torch_ops.HANDLERS}
-    torch_ops.HANDLERS.update(custom)
+    table = handlers()  # every handler module registered first: the custom ops then win over them
+    saved = {k: table[k] for k in custom if k in table}
+    table.update(custom)
     try:
         dynamic_shapes, dim_bounds = _dynamic(cfg)
         module = capture_torch(model, inputs, name_inputs=names, dynamic_shapes=dynamic_shapes,
                                dim_bounds=dim_bounds)
     finally:
         for k in custom:
-            torch_ops.HANDLERS.pop(k, None)
-        torch_ops.HANDLERS.update(saved)
+            table.pop(k, None)
+        table.update(saved)
     write_bundle(module, out)
     return _project_files(before, cfg)
 

@@ -24,10 +24,4 @@ CORE_SOURCES = ("cuvil_runtime.c", "cuvil_threadpool.c")
 # Added for executables. cuvil_image.c needs libjpeg, libpng and zlib unless it is
 # compiled with -DCUVIL_NO_CODECS (a model without image inputs).
 EXE_SOURCES = ("cuvil_main.c", "cuvil_npy.c", "cuvil_io.c", "cuvil_image.c")
-HEADERS = ("cuvil_runtime.h", "cuvil_app.h", "cuvil_plugin.h")
 WASI_RUNNER = RUNTIME_DIR / "wasi_run.mjs"
-
-
-def source_paths(names) -> list[Path]:
-    """Absolute paths of runtime files by name."""
-    return [RUNTIME_DIR / n for n in names]

@@ -56,10 +56,6 @@ def const_like(x: ir.Value, dtype: str, v: float) -> ir.Constant:
     return fconst(dtype, v)
 
 
-def typed_ptr(b: ir.IRBuilder, raw: ir.Value, dtype: str) -> ir.Value:
-    return b.bitcast(raw, MEM_TYPES[dtype].as_pointer())
-
-
 def load(b: ir.IRBuilder, ptr: ir.Value, index: ir.Value, dtype: str) -> ir.Value:
     v = b.load(b.gep(ptr, [index], inbounds=True))
     if dtype == "f16":

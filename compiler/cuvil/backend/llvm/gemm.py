@@ -318,12 +318,6 @@ def pack_b(array, vw: int):
     return np.ascontiguousarray(padded.reshape(k, panels, nr).transpose(1, 0, 2))
 
 
-def packed_size(K: int, N: int, vw: int) -> int:
-    """Elements of a packed [K, N] matrix."""
-    nr = panel_width(vw)
-    return -(-N // nr) * nr * K
-
-
 def emit_pack_b(b, B, b_off, ldb, K, N, dst, vw, ety, panels=None, slot=None, value=None):
     """Pack B[K, N] (row stride ldb) into dst at run time; `panels=(p0, p1)` limits it,
     `slot` (i64, with a single panel) packs that panel at panel slot `slot` of dst;

@@ -194,18 +194,6 @@ def is_runtime(x) -> bool:
     return isinstance(x, Size)
 
 
-def smin(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return min(a, b)
-    return Size._make("min", a, b, min(_lo(a), _lo(b)), min(_hi(a), _hi(b)))
-
-
-def smax(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return max(a, b)
-    return Size._make("max", a, b, max(_lo(a), _lo(b)), max(_hi(a), _hi(b)))
-
-
 # -- per-function materialisation --------------------------------------------------------------
 @dataclass
 class FnSizes:
