@@ -114,17 +114,17 @@ class ConvResidual(nn.Module):
     (conv(12, 18, (3, 5), stride=(2, 1), padding=(1, 2)), (1, 12, 9, 5)),
 ])
 def test_small_output_planes_run_transposed(module, shape):
-    """Output planes that fill the host's column panels poorly (kernels.conv_transposed;
-    these do at 12, 16 and 32 columns) run as C^T = im2col^T @ W^T with W^T packed,
-    transposed back into NCHW with the epilogue."""
+    """Output planes that fill 512-bit vectors' 32-column panels poorly (select.conv_transposed)
+    run as C^T = im2col^T @ W^T with W^T packed, transposed back into NCHW with the
+    epilogue; checked against torch on the host, whose narrower panels may take the
+    column-panel form for some of them (196 positions fill 16-column panels well)."""
     from cuvil.backend.llvm.select import conv_transposed
-    from cuvil.backend.llvm.target import host_target
     x = seeded(8, *shape)
     with torch.no_grad():
         r = seeded(9, *module(x).shape)
     ir = check_torch(ConvResidual(module), x, r, atol=ATOL, rtol=RTOL)
     (op,) = [op for op in ir.main.body.ops if op.name == "cuvil.conv2d"]
-    assert conv_transposed(op, host_target().vector_bits // 32)
+    assert conv_transposed(op, 16)
 
 
 def test_pointwise_transposed_tiles_stored_from_registers_on_256_bit_vectors():
