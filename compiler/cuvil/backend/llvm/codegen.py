@@ -24,8 +24,8 @@ from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I64, MEM_TYPES, PTR, emit_memcpy, i64
 from .gemm import pack_b
+from .kernel_args import KernelArgs
 from .kernels import bf16, fuse_pw_dw, quantized
-from .kernels.args import KernelArgs
 from .kernels.conv_shapes import conv_weights_packed
 from .kernels.custom import emit_custom
 from .kernels.data import k_copy

@@ -8,7 +8,7 @@ from math import prod
 from llvmlite import ir
 
 from .emit import I64, PTR, i64
-from .kernels.args import KernelArgs
+from .kernel_args import KernelArgs
 from .loops import alloca_in_entry, for_range
 from .symbolic import FnSizes, body_block, emitting, upper
 from .vectors import index_div, index_rem

@@ -38,7 +38,7 @@ from ...errors import BackendError
 from ...ir.interpreter import PLAN_ATTRS
 from ...ir.ops import ANCHORS, ELEMENTWISE
 from .gemm import blocked_gemm, panel_width
-from .kernels.args import KernelArgs
+from .kernel_args import KernelArgs
 from .kernels.bf16 import bf16_transposable, bf16_transposed, pair_planes, stored_pairs
 from .kernels.conv_shapes import conv_geometry, conv_scratch, thin_panels
 from .kernels.depthwise import depthwise

@@ -12,9 +12,9 @@ from ....errors import BackendError
 from ....ir.ops.nn import Attention
 from ..emit import F32, i64
 from ..gemm import emit_gemm, micro_shape
+from ..kernel_args import KernelArgs
 from ..loops import alloca_in_entry, for_range
 from ..parallel import parallel
-from .args import KernelArgs
 from .epilogue import row_epilogue
 from .rows import SOFTMAX_ROWS, softmax_in_registers, softmax_row, softmax_rows_in_registers
 

@@ -17,10 +17,10 @@ from ....ir.ops.quant import rounds_to_bf16
 from ..emit import F32, I8, i64
 from ..gemm import packed_work_items, panel_width, vec_ptr
 from ..gemm_dot import Gather, I16, I32, code_type, emit_i8b_gemm, emit_quantize_block, store_group
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..target import masked_lanes
 from ..vectors import index_div, load_lanes, store_lanes
-from .args import KernelArgs
 from .bf16_codes import pair_codes
 from .conv_shapes import conv_geometry, padded_column, padded_input, thin_panels
 from .conv_transposed import Transposed, run_transposed, transposed_store

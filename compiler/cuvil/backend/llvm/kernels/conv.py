@@ -13,10 +13,10 @@ from ....errors import BackendError
 from ..emit import REG_TYPES, i64, load, store
 from ..gemm import (blocked_gemm, emit_gemm_blocked, emit_gemm_packed, emit_pack_b, emit_round_run,
                     panel_width, round_bf16, row_blocks)
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..parallel import parallel
 from ..vectors import zero_fill
-from .args import KernelArgs
 from .conv_shapes import conv_geometry, padded_input, range_for_tap
 from .conv_transposed import k_conv2d_transposed
 from .depthwise import k_conv2d_depthwise, k_conv2d_depthwise_masked

@@ -11,11 +11,11 @@ from llvmlite import ir
 from ....errors import BackendError
 from ..emit import F32, i64
 from ..gemm import emit_gemm_panel, panel_width
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..parallel import parallel
 from ..target import masked_lanes
 from ..vectors import index_div, store_lanes, vector_transpose
-from .args import KernelArgs
 from .bf16_codes import concat_codes, pair_codes
 from .conv_shapes import conv_geometry, conv_scratch, padded_input
 from .epilogue import pairs_epilogue, row_epilogue, whole_epilogue

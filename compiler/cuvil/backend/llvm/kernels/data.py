@@ -11,11 +11,11 @@ from ....errors import BackendError
 from ....ir.ops.nn import Resize
 from ..emit import (F32, I64, REG_TYPES, View, broadcast_strides, contiguous_strides, fconst, i64, load,
                     loop_nest, store)
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..parallel import flat_offsets, outer_split, parallel, parallel_ranges
 from ..symbolic import lower, upper
 from ..vectors import vector_transpose
-from .args import KernelArgs
 from .pooling import float_table, window_table
 
 

@@ -8,10 +8,10 @@ from llvmlite import ir
 from ....ir.types import TensorType
 from ..emit import F32, i64, load, store
 from ..gemm import splat
+from ..kernel_args import KernelArgs
 from ..loops import alloca_in_entry, for_range
 from ..parallel import parallel
 from ..vectors import load_lanes, store_lanes, strided_load
-from .args import KernelArgs
 from .conv_shapes import inside_range
 from .epilogue import row_epilogue, whole_epilogue
 

@@ -11,9 +11,9 @@ from ....errors import BackendError
 from ....ir.types import TensorType
 from ..emit import (REG_TYPES, View, broadcast_strides, contiguous_strides, emit_program, fconst, load,
                     loop_nest, store)
+from ..kernel_args import KernelArgs
 from ..parallel import flat_offsets, outer_split, parallel
 from ..symbolic import KType
-from .args import KernelArgs
 
 
 def emit_elementwise(b: ir.IRBuilder, out: ir.Value, out_type: TensorType, ins, in_types, consts,

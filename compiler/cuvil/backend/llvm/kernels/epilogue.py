@@ -12,10 +12,10 @@ from ....ir.ops.quant import rounds_to_bf16
 from ..emit import (F32, REG_TYPES, View, broadcast_strides, coalesce, const_like, contiguous_strides,
                     emit_program, i64, load, loop_nest, store, vector_step)
 from ..gemm import splat
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..parallel import flat_offsets
 from ..vectors import index_div, index_rem, load_lanes, pair_half
-from .args import KernelArgs
 from .elementwise import emit_elementwise
 
 

@@ -27,12 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..emit import F32, I8, emit_memcpy, i64
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..parallel import parallel
-from ..symbolic import KType
 
+from ..symbolic import KType
 from ..target import masked_lanes
-from .args import KernelArgs
 from .conv import k_conv2d
 from .conv_shapes import conv_geometry, conv_scratch, thin_panels
 from .depthwise import depthwise

@@ -9,11 +9,11 @@ from llvmlite import ir
 from ....errors import BackendError
 from ..emit import F32, I64, fconst, i64, load, store
 from ..gemm import panel_width, splat
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..parallel import parallel
 from ..target import masked_lanes
 from ..vectors import imax, imin, load_lanes, store_lanes
-from .args import KernelArgs
 from .conv_shapes import PANEL_PAD, im2col_bytes, padded_column, padded_input, range_for_tap
 
 

@@ -9,8 +9,8 @@ from ....errors import BackendError
 from ..emit import REG_TYPES, broadcast_strides, contiguous_strides, i64
 from ..gemm import (blocked_gemm, emit_gemm, emit_gemm_blocked, emit_gemm_packed, packed_work_items,
                     panel_width, row_blocks)
+from ..kernel_args import KernelArgs
 from ..parallel import flat_offsets, parallel
-from .args import KernelArgs
 from .epilogue import row_epilogue, whole_epilogue
 
 

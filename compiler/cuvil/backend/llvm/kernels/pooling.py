@@ -10,10 +10,10 @@ import numpy as np
 from ....errors import BackendError
 from ....ir.ops.nn import AvgPool2d, adaptive_ranges
 from ..emit import F32, I64, REDUCE, fconst, i64, load, store
+from ..kernel_args import KernelArgs
 from ..loops import alloca_in_entry, for_range
 from ..parallel import rows_parallel
 from ..vectors import fmax, imax, imin, pair_half, pair_join
-from .args import KernelArgs
 from .conv_shapes import inside_range
 from .reduce import int_reduce_init
 from .rows import row_reduce_vec

@@ -37,11 +37,11 @@ from ..gemm import bf16_panel_order, emit_round_run, pack_b, packed_work_items, 
 from ..gemm_dot import (bf16_blob, code_type, emit_i8a_gemm, emit_i8b_gemm, emit_quantize_panel,
                         emit_quantize_rows, groups, int8_blob, panel_codes)
 from ..gemm_int4 import emit_q4a_gemm, emit_q4b_gemm, pack_q4_panels
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..parallel import parallel
 from ..target import GENERIC_INT8
 from ..vectors import imin
-from .args import KernelArgs
 from .bf16 import copy_pairs, im2col_codes, k_conv2d_bf16_transposed, pair_order, pair_rows_store, pairs_of
 from .conv import conv_pack_panel, conv_schedule, k_conv2d
 from .conv_shapes import conv_geometry

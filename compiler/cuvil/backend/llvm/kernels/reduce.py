@@ -7,9 +7,9 @@ from llvmlite import ir
 import numpy as np
 
 from ..emit import REDUCE, REG_TYPES, View, contiguous_strides, fconst, fsize, i64, load, loop_nest, store
+from ..kernel_args import KernelArgs
 from ..loops import alloca_in_entry
 from ..vectors import fmax, fmin
-from .args import KernelArgs
 
 
 def int_reduce_init(dt: str, kind: str) -> ir.Constant:

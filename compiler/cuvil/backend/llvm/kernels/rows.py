@@ -10,11 +10,11 @@ import numpy as np
 
 from ..emit import F32, REDUCE, fconst, fsize, i64, intrinsic, load, store
 from ..gemm import splat
+from ..kernel_args import KernelArgs
 from ..loops import alloca_in_entry, for_range
 from ..mathlib import get_math
 from ..parallel import rows_parallel
 from ..vectors import fmax, lanes_fold, tree_fold
-from .args import KernelArgs
 
 
 def row_split(shape, axis):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..gemm_dot import I16
+from ..kernel_args import KernelArgs
 from ..target import GENERIC_BF16, GENERIC_INT8
-from .args import KernelArgs
 
 
 CONSUMERS = {"cuvil.matmul": 1, "cuvil.conv2d": 0}  # op -> the out_axis its kernel reads

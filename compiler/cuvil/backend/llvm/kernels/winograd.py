@@ -10,11 +10,11 @@ import numpy as np
 from ....ir.types import TensorType
 from ..emit import F32, i64
 from ..gemm import emit_gemm, row_blocks, splat
+from ..kernel_args import KernelArgs
 from ..loops import for_range
 from ..parallel import parallel
 from ..target import masked_lanes
 from ..vectors import load_lanes, store_lanes
-from .args import KernelArgs
 from .conv_shapes import inside_range
 from .epilogue import row_epilogue
 

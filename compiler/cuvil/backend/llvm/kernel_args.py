@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from ....ir.types import TensorType
+from ...ir.types import TensorType
 
 
 @dataclass
