@@ -119,7 +119,8 @@ for _n, _op in [("relu", "relu"), ("relu_", "relu"), ("sigmoid", "sigmoid"), ("s
                 ("tanh", "tanh"), ("tanh_", "tanh"), ("silu", "silu"), ("silu_", "silu"),
                 ("hardswish", "hardswish"), ("hardswish_", "hardswish"), ("hardsigmoid", "hardsigmoid"),
                 ("hardsigmoid_", "hardsigmoid"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"), ("exp", "exp"),
-                ("log", "log"), ("neg", "neg"), ("abs", "abs"), ("erf", "erf"), ("reciprocal", "reciprocal")]:
+                ("log", "log"), ("neg", "neg"), ("abs", "abs"), ("erf", "erf"), ("reciprocal", "reciprocal"),
+                ("sin", "sin"), ("sin_", "sin"), ("cos", "cos"), ("cos_", "cos")]:
     handles(_n)(_unary(f"cuvil.{_op}"))
 
 
@@ -170,6 +171,32 @@ def _where(low, a):
     dtype = low.meta_type().dtype
     return low.op("cuvil.where", low.cast(a["condition"], "bool"), _operand(low, a["self"], dtype),
                   _operand(low, a["other"], dtype))
+
+
+@handles("min", "max")
+def _min_max(low, a):
+    """torch.min(a, b) / torch.max(a, b) (aten.min.other, aten.max.other): elementwise,
+    NaN propagating like minimum/maximum. The reductions (min.dim, min()) are not lowered."""
+    which = low.node.target._schema.name.split("::")[1]
+    if "other" not in a:
+        raise UnsupportedOpError(f"aten.{which} as a reduction ({low.node.target}) is not supported; "
+                                 f"torch.{which}(a, b) is")
+    return _binary(f"cuvil.{which}imum")(low, a)
+
+
+@handles("triu", "tril", "triu_", "tril_")
+def _triangle(low, a):
+    """triu/tril as where(constant mask of the last two dims, x, 0): exact for inf/NaN."""
+    x, k = a["self"], int(a.get("diagonal") or 0)
+    which = low.node.target._schema.name.split("::")[1].rstrip("_")
+    if x.type.rank < 2:
+        raise UnsupportedOpError(f"aten.{which} needs at least 2 dims, got {x.type}")
+    rows, cols = x.shape[-2:]
+    if not (isinstance(rows, int) and isinstance(cols, int)):
+        raise UnsupportedOpError(f"aten.{which} over symbolic dims {x.shape[-2:]} is not supported")
+    offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # j - i
+    mask = offset >= k if which == "triu" else offset <= k
+    return low.op("cuvil.where", low.const(mask, "bool"), x, low.const(np.zeros((), np.float64), x.dtype))
 
 
 @handles("masked_fill", "masked_fill_")

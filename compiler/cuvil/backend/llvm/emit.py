@@ -190,6 +190,8 @@ _FLOAT_UNARY = {
     "exp": _math("exp"),
     "log": _math("log"),
     "erf": _math("erf"),
+    "sin": _math("sin"),
+    "cos": _math("cos"),
     "gelu": _gelu,
     "silu": lambda b, x, d, a: _fmul(b, x, _call_math(b, "sigmoid", x)),
     "hardsigmoid": _hardsigmoid,

@@ -1,4 +1,4 @@
-"""Float32 exp, log, tanh, erf and sigmoid written in plain LLVM IR arithmetic.
+"""Float32 exp, log, tanh, erf, sigmoid, sin and cos written in plain LLVM IR arithmetic.
 
 No libm calls and no branches: each function is straight-line code whose special
 cases (inf, NaN, zero, overflow) are chosen with `select`. The functions are
@@ -13,7 +13,9 @@ Polynomial coefficients are near-minimax fits (Lawson-weighted least squares on
 Chebyshev nodes, float64, then rounded to float32); each comment gives the fitted
 function, interval and the fit's error. Measured accuracy against float64 over
 wide sweeps (see tests/backend/test_llvm_infra.py): exp and log about 1 ulp
-relative, tanh/erf/sigmoid about 1e-7 absolute.
+relative, tanh/erf/sigmoid about 1e-7 absolute; sin and cos (argument reduction in
+float64, Taylor polynomials in float32) within 2 ulp of 1.0 absolute for |x| < 1.6e6
+(tests/ops/test_math_masks.py).
 """
 
 from __future__ import annotations
@@ -55,6 +57,19 @@ _ERFCX_P = (
     -1.485443080247269, 0.9002590939737927, -0.16995033404895152,
 )
 _ERF_ONE = 4.0  # erf(x) rounds to 1.0f for x >= 3.92
+# sin/cos: x = n pi/2 + r, |r| <= pi/4, computed in float64. _PIO2_HI is pi/2 with its
+# low 20 mantissa bits cleared (33 significant bits), so n * _PIO2_HI is exact for
+# |n| < 2**20, i.e. |x| < 1.6e6; _PIO2_LO = pi/2 - _PIO2_HI. Beyond that the reduction
+# error grows like |x| * 2**-53 / 1e-11 relative; |x| >= 2**50 is reduced as 0.
+_TWO_OVER_PI = 0.6366197723675814
+_PIO2_HI = 1.5707963267341256  # 0x3ff921fb54400000
+_PIO2_LO = 6.077100506506192e-11
+_ROUND_MAGIC_D = 6755399441055744.0  # 1.5 * 2**52: rounds a double with |v| < 2**51
+_TRIG_LIMIT = 2.0 ** 50
+# Taylor series on |r| <= pi/4: (sin(r) - r) / r**3 in z = r**2 through r**9 (first term
+# left out: 1.8e-9), cos(r) through r**10 (first term left out: 1.2e-10).
+_SIN_P = (-1.0 / 6.0, 1.0 / 120.0, -1.0 / 5040.0, 1.0 / 362880.0)
+_COS_P = (1.0, -0.5, 1.0 / 24.0, -1.0 / 720.0, 1.0 / 40320.0, -1.0 / 3628800.0)
 
 
 class _Emit:
@@ -212,12 +227,55 @@ def _sigmoid(e: _Emit, x: ir.Value) -> ir.Value:
     return e.div(e.f(1.0), e.add(e.f(1.0), _exp(e, e.b.fneg(x))))
 
 
+def _reduce_pio2(e: _Emit, x: ir.Value):
+    """(r, n): x = n pi/2 + r with r as float32 and n's low 32 bits as i32 (float64 inside;
+    non-finite and |x| >= _TRIG_LIMIT are reduced as 0 and fixed by the caller)."""
+    b = e.b
+    dty = ir.DoubleType() if e.lanes == 1 else ir.VectorType(ir.DoubleType(), e.lanes)
+    i64ty = ir.IntType(64) if e.lanes == 1 else ir.VectorType(ir.IntType(64), e.lanes)
+
+    def d(v):
+        return ir.Constant(dty, v if e.lanes == 1 else [v] * e.lanes)
+    ok = e.lt(e.fabs(x), e.f(_TRIG_LIMIT))
+    xd = b.select(ok, b.fpext(x, dty), d(0.0))
+    nf = b.fsub(b.fadd(b.fmul(xd, d(_TWO_OVER_PI)), d(_ROUND_MAGIC_D)), d(_ROUND_MAGIC_D))
+    r = b.fsub(b.fsub(xd, b.fmul(nf, d(_PIO2_HI))), b.fmul(nf, d(_PIO2_LO)))
+    n = b.trunc(b.fptosi(nf, i64ty), e.ity)
+    return b.fptrunc(r, e.fty), n
+
+
+def _sin_quadrant(e: _Emit, x: ir.Value, shift: int) -> ir.Value:
+    """sin(x + shift * pi/2): sin for shift 0, cos for shift 1."""
+    r, n = _reduce_pio2(e, x)
+    z = e.mul(r, r)
+    s = e.muladd(e.mul(r, z), e.poly(z, _SIN_P), r)
+    c = e.poly(z, _COS_P)
+    q = e.b.add(n, e.i(shift))
+    zero = e.i(0)
+    v = e.select(e.b.icmp_signed("!=", e.b.and_(q, e.i(1)), zero), c, s)
+    v = e.select(e.b.icmp_signed("!=", e.b.and_(q, e.i(2)), zero), e.b.fneg(v), v)
+    v = e.select(e.lt(e.fabs(x), e.f(float("inf"))), v, e.f(float("nan")))  # inf, NaN
+    if shift == 0:  # sin(-0) = -0
+        v = e.select(e.b.fcmp_ordered("==", x, e.f(0.0)), x, v)
+    return v
+
+
+def _sin(e: _Emit, x: ir.Value) -> ir.Value:
+    return _sin_quadrant(e, x, 0)
+
+
+def _cos(e: _Emit, x: ir.Value) -> ir.Value:
+    return _sin_quadrant(e, x, 1)
+
+
 _FORMULAS = {
     "exp": _exp,
     "log": _log,
     "tanh": _tanh,
     "erf": _erf,
     "sigmoid": _sigmoid,
+    "sin": _sin,
+    "cos": _cos,
 }
 NAMES = frozenset(_FORMULAS)
 

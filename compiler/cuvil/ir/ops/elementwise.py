@@ -33,6 +33,14 @@ def _gelu(x, approximate="none"):
     return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
 
 
+def _quiet(fn):
+    """fn without NumPy's warning for NaN results (sin(inf) is NaN, as in torch)."""
+    def quiet(x):
+        with np.errstate(invalid="ignore"):
+            return fn(x)
+    return quiet
+
+
 def _clamp(x, min=None, max=None):
     if min is not None:
         x = np.maximum(x, min)
@@ -58,6 +66,8 @@ _UNARY_FNS = {
     "exp": np.exp,
     "log": np.log,
     "erf": _erf,
+    "sin": _quiet(np.sin),
+    "cos": _quiet(np.cos),
     "reciprocal": lambda x: 1.0 / x,
     "elu": lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0.0))),
     "leaky_relu": lambda x, slope=0.01: np.where(x > 0, x, x * slope),
