@@ -179,8 +179,8 @@ def _min_max(low, a):
     NaN propagating like minimum/maximum. The reductions (min.dim, min()) are not lowered."""
     which = low.node.target._schema.name.split("::")[1]
     if "other" not in a:
-        raise UnsupportedOpError(f"aten.{which} as a reduction ({low.node.target}) is not supported; "
-                                 f"torch.{which}(a, b) is")
+        raise UnsupportedOpError(f"unsupported op {low.node.target}: aten.{which} as a reduction is not "
+                                 f"lowered yet (torch.{which}(a, b) is)")
     return _binary(f"cuvil.{which}imum")(low, a)
 
 
