@@ -67,8 +67,9 @@ def k_conv2d_depthwise_masked(b, k: KernelArgs):
     parallel(b, k, k.in_types[0].shape[0] * k.in_types[1].shape[0], _MaskedPlanes(k).plane)
 
 
-class _MaskedPlanes:
-    """k_conv2d_depthwise_masked's geometry; `plane` is its work item (one output plane)."""
+class _Geometry:
+    """A depthwise conv's shapes, strides, dilations and pads, and the output rows whose
+    taps all lie in the image ([y_lo, y_hi))."""
 
     def __init__(self, k: KernelArgs):
         self.k = k
@@ -78,11 +79,18 @@ class _MaskedPlanes:
         _, _, self.oh, self.ow = k.out_type.shape
         (self.sh, self.sw), (self.dh, self.dw), (self.pt, self.pl, _, _) = \
             k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
+        self.y_lo, self.y_hi = inside_range(self.h, self.oh, (self.kh - 1) * self.dh + 1, self.sh, self.pt)
+
+
+class _MaskedPlanes(_Geometry):
+    """k_conv2d_depthwise_masked's geometry; `plane` is its work item (one output plane)."""
+
+    def __init__(self, k: KernelArgs):
+        super().__init__(k)
         vw = self.vw = k.vw
         self.rows_per = DW_ROWS[min(vw, 16)]
         self.vty, self.wide = ir.VectorType(F32, vw), ir.VectorType(F32, vw * self.sw)
         self.chunks = list(range(0, self.ow, vw))
-        self.y_lo, self.y_hi = inside_range(self.h, self.oh, (self.kh - 1) * self.dh + 1, self.sh, self.pt)
         self.epi_all = row_epilogue(k, 2, 2)
         self.in_regs = self.epi_all is not None and self.epi_all.in_registers
         self.keep = ir.Constant(ir.VectorType(ir.IntType(32), vw), [j * self.sw for j in range(vw)])
@@ -174,22 +182,15 @@ def k_conv2d_depthwise(b, k: KernelArgs):
         whole_epilogue(b, k, 2)
 
 
-class _Rows:
+class _Rows(_Geometry):
     """k_conv2d_depthwise's geometry; `plane` is its work item (one output plane)."""
 
     def __init__(self, k: KernelArgs):
-        xt, wt = k.in_types[:2]
-        self.n, _, self.h, self.w = xt.shape
-        self.oc, _, self.kh, self.kw = wt.shape
-        _, _, self.oh, self.ow = k.out_type.shape
-        (self.sh, self.sw), (self.dh, self.dw), (self.pt, self.pl, _, _) = \
-            k.attrs["stride"], k.attrs["dilation"], k.attrs["pads"]
+        super().__init__(k)
         kw, dw, sw, pl, w, ow = self.kw, self.dw, self.sw, self.pl, self.w, self.ow
         # output columns whose every tap (and strided load) lies inside the input row
         self.x_lo = min(ow, -(-pl // sw))
         self.x_hi = max(self.x_lo, min(ow, (w + pl - (kw - 1) * dw) // sw))
-        # output rows whose taps all lie in the image
-        self.y_lo, self.y_hi = inside_range(self.h, self.oh, (self.kh - 1) * self.dh + 1, self.sh, self.pt)
         vw = self.vw = k.vw
         self.widths = []  # (width, vectors) of the static blocks after the DW_BLOCK loop
         span = self.x_hi - self.x_lo
