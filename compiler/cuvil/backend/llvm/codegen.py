@@ -32,7 +32,7 @@ from .kernels.data import k_copy
 from .kernels.registry import EMITTERS
 from .kernels.schemes import quantized_weight
 from .kernels.winograd import winograd_weights
-from .select import KernelTarget, inlinable, kernel_attrs, plan_of
+from .select import KernelTarget, inlinable, inlined_consts, kernel_attrs, plan_of
 from .symbolic import FnSizes, KType, Size, SymbolicDecision, body_block, emitting
 from .weights import WEIGHTS_ALIGN, declare_weights
 
@@ -128,8 +128,7 @@ class _Codegen:
 
     def _signature(self, op, aliased: bool):
         """(cache key, attrs, inlined constants, emitter) of op's kernel."""
-        consts = {i: op.operands[i].defining_op.value.reshape(()).item()
-                  for i in range(len(op.operands)) if inlinable(op, i)}
+        consts = inlined_consts(op)
         attrs = kernel_attrs(op)
         plan = plan_of(op)
         for key in ("out_pairs", "in_pairs", "pairs_extras"):  # plane pairs (select.SelectStorage)
