@@ -25,6 +25,18 @@ _FOLD_MAX_BYTES = 1 << 20
 _FOLD_MAX_GROWTH = 4.0
 
 
+def registrar(table: dict, key=lambda name: name):
+    """A decorator maker for a frontend's handler table: `@handles("Conv", ...)` files the
+    function under each name (through `key`)."""
+    def handles(*names):
+        def deco(fn):
+            for n in names:
+                table[key(n)] = fn
+            return fn
+        return deco
+    return handles
+
+
 def const_array(v: Value) -> np.ndarray | None:
     op = v.defining_op
     return op.value if op is not None and op.name == "cuvil.constant" else None
@@ -224,14 +236,7 @@ class GraphLowering:
         return self.op("cuvil.broadcast_to", v, shape=shape)
 
     def slice(self, v: Value, dim: int, start: int, end: int, step: int = 1) -> Value:
-        n = v.shape[dim]
-        start, end, step = slice(start, end, step).indices(n)
-        end = max(end, start)
-        if (start, end, step) == (0, n, 1):
-            return v
-        starts, ends, steps = [0] * v.type.rank, list(v.shape), [1] * v.type.rank
-        starts[dim], ends[dim], steps[dim] = start, end, step
-        return self.op("cuvil.slice", v, starts=starts, ends=ends, steps=steps)
+        return slice_dim(self, v, dim, start, end, step)
 
     def concat(self, values: list[Value], axis: int) -> Value:
         values = [v for v in values if v.shape[axis] != 0] or values[:1]
@@ -263,6 +268,39 @@ class GraphLowering:
         DeadCodeElimination().apply(module)
         verify(module)
         return module
+
+
+def _slice_op(low, v: Value, dim: int, start, end, step) -> Value:
+    starts, ends, steps = [0] * v.type.rank, list(v.shape), [1] * v.type.rank
+    starts[dim], ends[dim], steps[dim] = start, end, step
+    return low.op("cuvil.slice", v, starts=starts, ends=ends, steps=steps)
+
+
+def slice_dim(low, v: Value, dim: int, start: int, end: int, step: int = 1) -> Value:
+    """v[start:end:step] along a static dim (Python's rules for the bounds); v itself
+    where that is all of it. `low` is any frontend's lowering (its `op`)."""
+    n = v.shape[dim]
+    start, end, step = slice(start, end, step).indices(n)
+    end = max(end, start)
+    if (start, end, step) == (0, n, 1):
+        return v
+    return _slice_op(low, v, dim, start, end, step)
+
+
+def symbolic_slice(low, v: Value, dim: int, start, end, step, what: str) -> Value:
+    """A slice where the dim or the end is symbolic: a constant start >= 0 and step 1; an
+    end past the dim (None, a huge int such as INT64_MAX, the dim itself) is the dim.
+    `what` names the framework's op in the error."""
+    n = v.shape[dim]
+    start, step = start or 0, step or 1
+    if end is None or end == n or (isinstance(end, int) and isinstance(n, str) and end >= 2**31):
+        end = n
+    if not isinstance(start, (int, np.integer)) or start < 0 or step != 1 or (isinstance(end, int) and end < 0):
+        raise UnsupportedOpError(f"{what} {start}:{end}:{step} of the symbolic dim {n} is not supported "
+                                 "(a constant start >= 0, step 1 and the dim or a symbolic end are)")
+    if (start, end) == (0, n):
+        return v
+    return _slice_op(low, v, dim, start, end, 1)
 
 
 def check_type(v: Value, shape, dtype: str | None, what: str) -> None:

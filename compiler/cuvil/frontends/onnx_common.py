@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir import Value
-from .graph import SymDim
+from .graph import SymDim, registrar
 
 # TensorProto.DataType -> Cuvil dtype (those the IR has).
 ONNX_DTYPES = {1: "f32", 2: "u8", 3: "i8", 6: "i32", 7: "i64", 9: "bool", 10: "f16", 11: "f64"}
@@ -28,12 +28,7 @@ def cuvil_dtype(elem_type: int) -> str:
     return ONNX_DTYPES[elem_type]
 
 
-def handles(*names):
-    def deco(fn):
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-    return deco
+handles = registrar(HANDLERS)
 
 
 def operand(low, node, i: int = 0) -> Value | None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import FrontendError, UnsupportedOpError
 from ..ir import Value
+from .graph import registrar
 
 TF_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int64": "i64", "int32": "i32",
              "int8": "i8", "uint8": "u8", "bool": "bool"}
@@ -37,12 +38,7 @@ class NCHW:
         self.value = value
 
 
-def handles(*names):
-    def deco(fn):
-        for n in names:
-            HANDLERS[n] = fn
-        return fn
-    return deco
+handles = registrar(HANDLERS)
 
 
 def operand(low, node, i: int = 0) -> Value:

@@ -15,16 +15,12 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir import Value
 from ..ir.types import FLOAT_DTYPES
+from .graph import registrar
 
 HANDLERS: dict = {}
 
 
-def handles(*names):
-    def deco(fn):
-        for n in names:
-            HANDLERS[n if "::" in n or n == "getitem" else f"aten::{n}"] = fn
-        return fn
-    return deco
+handles = registrar(HANDLERS, lambda n: n if "::" in n or n == "getitem" else f"aten::{n}")
 
 
 def norm_dim(d: int, rank: int) -> int:
