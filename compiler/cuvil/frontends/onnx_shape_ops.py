@@ -8,7 +8,7 @@ from ..errors import UnsupportedOpError
 from ..ir import symdim
 from ..ir import Value
 from ..ir.types import FLOAT_DTYPES, broadcast_shapes
-from .graph import const_array
+from .graph import const_array, symbolic_slice
 from .onnx_common import handles, int_list, norm_axis, operand, scalar
 
 
@@ -105,7 +105,7 @@ def _slice(low, node):
         return low.const(np.array(arr[tuple(index)]))
     for d, sl in enumerate(index):
         if isinstance(x.shape[d], str) or isinstance(sl.start, str) or isinstance(sl.stop, str):
-            x = _symbolic_slice(low, x, d, sl)
+            x = symbolic_slice(low, x, d, sl.start, sl.stop, sl.step, "Slice")
             continue
         start, stop, step = sl.indices(x.shape[d])
         if step < 1:  # a reversed range: gather its indices
@@ -113,23 +113,6 @@ def _slice(low, node):
         else:
             x = low.slice(x, d, start, stop, step)
     return x
-
-
-def _symbolic_slice(low, x, d, sl):
-    """A slice of a symbolic dim, or to a symbolic end: a constant start >= 0 and step 1;
-    an end at or past the dim (INT64_MAX) is the dim."""
-    n = x.shape[d]
-    start, stop, step = sl.start or 0, sl.stop, sl.step or 1
-    if stop is None or stop == n or (isinstance(stop, int) and isinstance(n, str) and stop >= 2**31):
-        stop = n
-    if isinstance(start, str) or start < 0 or step != 1 or (isinstance(stop, int) and stop < 0):
-        raise UnsupportedOpError(f"Slice {start}:{stop}:{step} of the symbolic dim {n} is not supported "
-                                 "(a constant start >= 0, step 1 and the dim or a symbolic end are)")
-    if (start, stop) == (0, n):
-        return x
-    starts, ends, steps = [0] * x.type.rank, list(x.shape), [1] * x.type.rank
-    starts[d], ends[d] = start, stop
-    return low.op("cuvil.slice", x, starts=starts, ends=ends, steps=steps)
 
 
 @handles("Pad")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import UnsupportedOpError
 from ..ir import Value
+from .graph import slice_dim, symbolic_slice
 from .torch_ops import handles, norm_dim
 
 
@@ -56,34 +57,10 @@ def _cat(low, a):
 def _slice(low, x: Value, dim: int, start: int, end: int, step: int) -> Value:
     n = x.shape[dim]
     if isinstance(n, str) or isinstance(end, str) or isinstance(start, str):
-        return _symbolic_slice(low, x, dim, start, end, step)
-    start, end, step = slice(start, end, step).indices(n)
-    if step < 1:
+        return symbolic_slice(low, x, dim, start, end, step, "slice")
+    if slice(start, end, step).indices(n)[2] < 1:
         raise UnsupportedOpError("slices with a negative step are not supported")
-    end = max(end, start)
-    if (start, end, step) == (0, n, 1):
-        return x
-    starts, ends, steps = [0] * x.type.rank, list(x.shape), [1] * x.type.rank
-    starts[dim], ends[dim], steps[dim] = start, end, step
-    return low.op("cuvil.slice", x, starts=starts, ends=ends, steps=steps)
-
-
-def _symbolic_slice(low, x: Value, dim: int, start, end, step) -> Value:
-    """A slice where the dim or the end is symbolic: constant, non-negative start and step 1;
-    an end past the dim (None, sys.maxsize, the dim itself) is the dim."""
-    n = x.shape[dim]
-    start = start or 0
-    step = step or 1
-    if end is None or end == n or (isinstance(end, int) and isinstance(n, str) and end >= 2**31):
-        end = n
-    if not isinstance(start, int) or start < 0 or step != 1 or (isinstance(end, int) and end < 0):
-        raise UnsupportedOpError(f"slice {start}:{end}:{step} of the symbolic dim {n} is not supported "
-                                 "(a constant start >= 0, step 1 and the dim or a symbolic end are)")
-    if (start, end) == (0, n):
-        return x
-    starts, ends, steps = [0] * x.type.rank, list(x.shape), [1] * x.type.rank
-    starts[dim], ends[dim] = start, end
-    return low.op("cuvil.slice", x, starts=starts, ends=ends, steps=steps)
+    return slice_dim(low, x, dim, start, end, step)
 
 
 @handles("slice")
