@@ -20,7 +20,7 @@ import cuvil.ir as cir
 from cuvil.frontends.torch import capture_torch
 
 
-class _Fn(nn.Module):
+class Fn(nn.Module):
     """Wraps a plain function so torch.export sees a module."""
 
     def __init__(self, fn: Callable):
@@ -58,7 +58,7 @@ def check_torch(fn_or_module, *inputs: torch.Tensor, atol: float, rtol: float,
                 name: str | None = None) -> cir.Module:
     """Compare Cuvil with torch eager on `inputs`; returns the captured IR module so a
     test can also assert what the op lowered to."""
-    module = fn_or_module if isinstance(fn_or_module, nn.Module) else _Fn(fn_or_module)
+    module = fn_or_module if isinstance(fn_or_module, nn.Module) else Fn(fn_or_module)
     module.eval()
     label = name or getattr(fn_or_module, "__name__", type(module).__name__)
     arrays = [x.detach().numpy().copy() for x in inputs]  # before torch runs: in-place ops

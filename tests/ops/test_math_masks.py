@@ -17,7 +17,7 @@ import torch
 
 from cuvil.frontends.torch import capture_torch
 from cuvil.passes import run_pipeline
-from tests.ops.checks import check_torch, op_names, seeded
+from tests.ops.checks import Fn, check_torch, op_names, seeded
 
 ATOL_TRIG = 2.5e-7
 SHAPES = [(), (7,), (5, 9), (2, 3, 17), (2, 3, 4, 5)]
@@ -58,18 +58,9 @@ def test_trig_non_contiguous_and_methods():
 
 
 def _fused_programs(fn, *inputs):
-    module = capture_torch(_Module(fn), inputs)
+    module = capture_torch(Fn(fn), inputs)
     run_pipeline(module)
     return [[ins[0] for ins in op.attrs["program"]] for op in module.main.body.ops if op.name == "cuvil.fused"]
-
-
-class _Module(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def test_trig_fuses_with_neighbours():
@@ -146,7 +137,7 @@ def test_min_max_other_inf_nan(fn):
 def test_min_max_reductions_are_a_clear_error():
     from cuvil.errors import UnsupportedOpError
     with pytest.raises(UnsupportedOpError, match=r"unsupported op aten.max.dim: aten.max as a reduction"):
-        capture_torch(_Module(lambda x: torch.max(x, 1)), (seeded(16, 3, 4),))
+        capture_torch(Fn(lambda x: torch.max(x, 1)), (seeded(16, 3, 4),))
 
 
 def test_min_max_other_integer():
