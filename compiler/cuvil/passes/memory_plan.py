@@ -84,9 +84,14 @@ def _place(buffers: list[Buffer]) -> int:
     return max((b.offset + b.size for b in placed), default=0)
 
 
+def _plan(op: Op) -> dict:
+    """op's kernel plan (the backend's kernel selection), empty where it has none."""
+    return op.attrs.get("kernel_plan") or {}
+
+
 def _extra_reads(op: Op) -> tuple:
     """Values op's kernel reads beyond its operands (its plan's `reads_producer`)."""
-    if not (op.attrs.get("kernel_plan") or {}).get("reads_producer"):
+    if not _plan(op).get("reads_producer"):
         return ()
     return tuple(op.operands[0].defining_op.operands)
 
@@ -119,7 +124,7 @@ class MemoryPlan:
             if len(op.results) != 1:
                 raise CuvilError(f"memory planning supports single-result ops, not {op.name}")
             r = op.result
-            extra = (op.attrs.get("kernel_plan") or {}).get("scratch", 0)
+            extra = _plan(op).get("scratch", 0)
             if extra > 0:
                 scratch.append((op, Buffer(i, i, _align(extra))))
             if id(r) in returned:
@@ -153,7 +158,7 @@ class MemoryPlan:
             return None
         if op.name == "cuvil.fused":
             candidates = op.operands
-        elif op.name == "cuvil.conv2d" and (op.attrs.get("kernel_plan") or {}).get("in_place"):
+        elif op.name == "cuvil.conv2d" and _plan(op).get("in_place"):
             # not a residual that is also the conv's input (read at other positions)
             candidates = [v for v in op.operands[2:] if all(v is not w for w in op.operands[:2])]
         else:
