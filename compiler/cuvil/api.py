@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -165,11 +166,18 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str | Quanti
     return CompiledModel(lib, gen, ir_module, threads)
 
 
+class _TensorDesc(ctypes.Structure):
+    """cuvil_tensor_desc (cuvil_runtime.h)."""
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("rank", ctypes.c_int),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("count", ctypes.c_int64), ("nbytes", ctypes.c_uint64)]
+
+
 class CompiledModel:
     """A compiled model loaded in-process. Call it with NumPy arrays; returns a tuple.
 
-    One context (arena) per CompiledModel: calls from several threads at once get an
-    error from the runtime (busy) rather than racing; make one model per thread."""
+    Safe to call from any number of threads: each call takes a context (arena) of its
+    own from a pool (one is created when all are in use), sets its shapes, runs and
+    gives it back, so concurrent calls never share an arena or a shape."""
 
     def __init__(self, lib, gen, ir_module: Module, threads: int = 1):
         self._lib = lib
@@ -185,6 +193,9 @@ class CompiledModel:
             self._set_input_shape = getattr(lib, f"{p}_set_input_shape")
             self._set_input_shape.restype = ctypes.c_int
             self._set_input_shape.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+            self._ctx_tensor = lib.cuvil_ctx_tensor
+            self._ctx_tensor.restype = ctypes.POINTER(_TensorDesc)
+            self._ctx_tensor.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         self._run = getattr(lib, f"{p}_run")
         self._run.restype = ctypes.c_int
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -197,11 +208,12 @@ class CompiledModel:
         self._profile_ops = gen.profile_ops
         self._last_error = lib.cuvil_last_error
         self._last_error.restype = ctypes.c_char_p
-        create = getattr(lib, f"{p}_create")
-        create.restype = ctypes.c_int
-        ctx = ctypes.c_void_p()
-        self._check(create(ctypes.byref(ctx)), "create")
-        self._ctx = ctx
+        self._create = getattr(lib, f"{p}_create")
+        self._create.restype = ctypes.c_int
+        self._pool_lock = threading.Lock()
+        self._free: list[ctypes.c_void_p] = []  # contexts not in use
+        self._all: list[ctypes.c_void_p] = []   # every context created (destroyed with the model)
+        self._ctx_threads: dict[int, int] = {}  # context address -> its thread count
         self.threads = 1
         self.set_threads(threads)
 
@@ -209,20 +221,55 @@ class CompiledModel:
         if status != 0:
             raise CuvilError(f"{what} failed: {self._last_error().decode(errors='replace')}")
 
-    def set_threads(self, threads: int) -> None:
-        if not isinstance(threads, int) or threads < 1:
-            raise CuvilError(f"threads must be a positive integer, got {threads!r}")
-        self._check(self._set_threads(self._ctx, threads), "set_threads")
-        self.threads = threads
+    def _acquire(self) -> ctypes.c_void_p:
+        """A context for this call alone: a free one, else a new one."""
+        with self._pool_lock:
+            ctx = self._free.pop() if self._free else None
+            threads = self.threads
+        if ctx is None:
+            ctx = ctypes.c_void_p()
+            self._check(self._create(ctypes.byref(ctx)), "create")
+            with self._pool_lock:
+                self._all.append(ctx)
+        if self._ctx_threads.get(ctx.value) != threads:
+            self._check(self._set_threads(ctx, threads), "set_threads")
+            self._ctx_threads[ctx.value] = threads
+        return ctx
 
-    def _set_shapes(self, ins, env) -> None:
-        """Tell the runtime this run's input shapes (models with symbolic dims)."""
+    def _release(self, ctx: ctypes.c_void_p) -> None:
+        with self._pool_lock:
+            self._free.append(ctx)
+
+    def set_threads(self, threads: int) -> None:
+        """Threads for each call (applied to every context as it is next taken)."""
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise CuvilError(f"threads must be a positive integer, got {threads!r}")
+        with self._pool_lock:
+            self.threads = threads
+        self._release(self._acquire())  # a bad count fails here, and a context exists from the start
+
+    def _set_shapes(self, ctx, ins, outs) -> None:
+        """Tell the runtime this run's input shapes (models with symbolic dims), and check
+        that the output buffers hold what the context will write."""
         for i, a in enumerate(ins):
             dims = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
-            self._check(self._set_input_shape(self._ctx, i, dims, a.ndim), "set_input_shape")
+            self._check(self._set_input_shape(ctx, i, dims, a.ndim), "set_input_shape")
+        for i, o in enumerate(outs):
+            desc = self._ctx_tensor(ctx, 1, i)
+            if not desc or desc.contents.nbytes != o.nbytes:  # never write past a buffer
+                raise CuvilError(f"output {self.outputs[i][0]!r}: the runtime's shape for this run differs "
+                                 f"from {list(o.shape)}")
 
-    def _invoke(self, in_ptrs, out_ptrs) -> None:
-        self._check(self._run(self._ctx, in_ptrs, out_ptrs), "run")
+    def _invoke(self, in_ptrs, out_ptrs, ctx=None) -> None:
+        """Run on `ctx`, or on a context taken from the pool for this run (static shapes)."""
+        if ctx is not None:
+            self._check(self._run(ctx, in_ptrs, out_ptrs), "run")
+            return
+        ctx = self._acquire()
+        try:
+            self._check(self._run(ctx, in_ptrs, out_ptrs), "run")
+        finally:
+            self._release(ctx)
 
     def profile(self, reset: bool = True) -> list[tuple[str, str, str, int]]:
         """(op, source location, result type, cycles) per kernel call since the last reset,
@@ -272,16 +319,20 @@ class CompiledModel:
         outs = [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        if self.symbols:
-            self._set_shapes(ins, env)
-        self._invoke(in_ptrs, out_ptrs)
+        ctx = self._acquire()
+        try:
+            if self.symbols:
+                self._set_shapes(ctx, ins, outs)
+            self._invoke(in_ptrs, out_ptrs, ctx)
+        finally:
+            self._release(ctx)
         return tuple(outs)
 
     def __del__(self):
-        ctx = getattr(self, "_ctx", None)
-        if ctx is not None and ctx.value:
-            self._destroy(ctx)
-            self._ctx = None
+        for ctx in getattr(self, "_all", ()):
+            if ctx.value:
+                self._destroy(ctx)
+        self._all = []
 
 
 class _JitModel(CompiledModel):
@@ -297,18 +348,27 @@ class _JitModel(CompiledModel):
         self._arena = _aligned_empty(max(self.arena_size, 64))
         self._forward = engine.forward
         self._profile_ops = []
+        self._call_lock = threading.Lock()
 
     def set_threads(self, threads: int) -> None:
         raise CuvilError("the JIT path runs single-threaded")
 
-    def _set_shapes(self, ins, env) -> None:
-        self._dims = (ctypes.c_int64 * len(self.symbols))(*[env[s] for s in self.symbols])
+    def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
+        """One call at a time (the JIT'd code has one arena): concurrent calls wait."""
+        ins, env = self._bind(arrays)
+        outs = [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
+        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
+        dims = (ctypes.c_int64 * len(self.symbols))(*[env[s] for s in self.symbols]) if self.symbols else None
+        self._invoke(in_ptrs, out_ptrs, dims)
+        return tuple(outs)
 
-    def _invoke(self, in_ptrs, out_ptrs) -> None:
-        if self.symbols:
-            self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data, self._dims)
-        else:
-            self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
+    def _invoke(self, in_ptrs, out_ptrs, dims=None) -> None:
+        with self._call_lock:
+            if dims is not None:
+                self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data, dims)
+            else:
+                self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
 
     def __del__(self):
         pass

@@ -221,6 +221,9 @@ cuvil_status cuvil_ctx_set_input_shape(cuvil_ctx *ctx, int i, const int64_t *dim
     int j, k, off = 0;
     if (ctx == NULL) return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "set_input_shape: context is NULL");
     m = ctx->model;
+    if (__atomic_load_n(&ctx->running, __ATOMIC_ACQUIRE)) /* its run would read the new shapes mid-way */
+        return cuvil_fail(CUVIL_ERR_BUSY, "model %s: set_input_shape while the context is running on another "
+                          "thread; use one context per thread", m->prefix);
     if (i < 0 || i >= m->n_inputs)
         return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "model %s has %d inputs, no input %d", m->prefix, m->n_inputs, i);
     t = &m->inputs[i];
@@ -314,6 +317,9 @@ cuvil_status cuvil_ctx_destroy(cuvil_ctx *ctx) {
 cuvil_status cuvil_ctx_set_threads(cuvil_ctx *ctx, int threads) {
     if (ctx == NULL) return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "set_threads: context is NULL");
     if (threads < 1) return cuvil_fail(CUVIL_ERR_INVALID_ARGUMENT, "thread count must be at least 1, got %d", threads);
+    if (__atomic_load_n(&ctx->running, __ATOMIC_ACQUIRE))
+        return cuvil_fail(CUVIL_ERR_BUSY, "model %s: set_threads while the context is running on another thread; "
+                          "use one context per thread", ctx->model->prefix);
     ctx->threads = threads > CUVIL_MAX_THREADS ? CUVIL_MAX_THREADS : threads;
     return CUVIL_OK;
 }

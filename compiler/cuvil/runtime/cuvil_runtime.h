@@ -6,7 +6,8 @@
  *
  * Contexts: one per thread. A context owns a 64-byte aligned arena of the
  * model's arena size; the weights are read-only and shared by all contexts.
- * Running one context from two threads at once is refused (CUVIL_ERR_BUSY).
+ * Running one context from two threads at once, or setting its shapes or threads
+ * while it runs, is refused (CUVIL_ERR_BUSY).
  */
 #ifndef CUVIL_RUNTIME_H
 #define CUVIL_RUNTIME_H
