@@ -231,5 +231,8 @@ def render_glue(manifest: dict, header_name: str, app: bool, plugins: Sequence[s
         lines.append(f"static const cuvil_plugin *const plugins[{len(names)}] = {{"
                      + ", ".join(f"&cuvil_plugin_{n}" for n in names) + "};")
         table = "plugins"
-    lines += ["", f"const cuvil_app cuvil_main_app = {{&{p}_model, pre, post, {post_use}, {len(names)}, {table}}};"]
+    threads = manifest.get("threads", 1)  # optimize.threads: the executable's default --threads
+    threads = threads if isinstance(threads, int) and 1 <= threads <= 256 else 1
+    lines += ["", f"const cuvil_app cuvil_main_app = {{&{p}_model, pre, post, {post_use}, {len(names)}, {table}, "
+              f"{threads}}};"]
     return "\n".join(lines) + "\n"

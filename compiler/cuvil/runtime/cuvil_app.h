@@ -64,6 +64,7 @@ typedef struct cuvil_app {
     cuvil_plugin_use postprocess; /* a plugin writing --output from all outputs (or none) */
     int n_plugins;
     const cuvil_plugin *const *plugins; /* every plugin module linked in (checked at start) */
+    int default_threads; /* --threads when not given: the config's optimize.threads (0 means 1) */
 } cuvil_app;
 
 /* Defined by the generated glue of each executable. */

@@ -63,6 +63,12 @@ static void print_dims(const cuvil_model_desc *m) {
         printf("  %-16s [%lld, %lld]\n", m->dims[i].name, (long long)m->dims[i].min, (long long)m->dims[i].max);
 }
 
+/* The thread count without --threads: optimize.threads, baked in at build time. */
+static int default_threads(const cuvil_app *app) {
+    int n = app->default_threads;
+    return n < 1 ? 1 : (n > CUVIL_MAX_THREADS ? CUVIL_MAX_THREADS : n);
+}
+
 static void print_help(const cuvil_app *app) {
     const cuvil_model_desc *m = app->model;
     int i;
@@ -91,10 +97,11 @@ static void print_help(const cuvil_app *app) {
            "  --input FILE        an input, in the order above (repeat for each input)\n"
            "  --input NAME=FILE   the input called NAME\n"
            "  --output FILE       .json (top-k for classifiers, else all outputs) or .npy (one output)\n"
-           "  --threads N         threads to run on (default 1)\n"
+           "  --threads N         threads to run on (default %d: the config's optimize.threads)\n"
            "  --logits            add the raw logits to the JSON of a classifier\n"
            "  --help              this text\n"
-           "\nexit status: 0 ok, 1 bad input or runtime error, 2 usage error\n");
+           "\nexit status: 0 ok, 1 bad input or runtime error, 2 usage error\n",
+           default_threads(app));
 }
 
 typedef struct {
@@ -396,7 +403,7 @@ int main(int argc, char **argv) {
     }
 #endif
     memset(&o, 0, sizeof o);
-    o.threads = 1;
+    o.threads = default_threads(app);
     o.inputs = (const char **)calloc((size_t)m->n_inputs + 1, sizeof(char *));
     pre_states = (void **)calloc((size_t)m->n_inputs + 1, sizeof(void *));
     if (mem == NULL || o.inputs == NULL || pre_states == NULL) return fail(EXIT_FAILURE, "out of memory");
