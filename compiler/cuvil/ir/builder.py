@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import OP_REGISTRY, Block, Op, Value
+from .core import OP_REGISTRY, Block, Function, Op, Value
+from .types import TensorType
 from .ops.shape import Constant
 
 
@@ -30,3 +31,11 @@ class Builder:
     def constant(self, value, name: str, dtype=None) -> Value:
         arr = np.asarray(value, dtype=dtype)
         return self.insert(Constant(arr, name, self.loc)).result
+
+    def control(self, name: str, operands, regions: list[Function], result_types: list[TensorType],
+                **attrs) -> list[Value]:
+        """A control-flow op (ir/ops/control.py) with its regions; verified at once."""
+        op = OP_REGISTRY[name](list(operands), attrs, list(result_types), self.loc)
+        op.regions = list(regions)
+        op.verify()
+        return self.insert(op).results

@@ -58,7 +58,7 @@ class Op:
     # backend evaluate symbolic ones with the symbols' runtime values.
     dim_attrs: ClassVar[tuple[str, ...]] = ()
     # Optional source location (e.g. "model.py:42 in forward") for error messages.
-    __slots__ = ("operands", "attrs", "results", "parent", "loc")
+    __slots__ = ("operands", "attrs", "results", "parent", "loc", "regions")
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -73,6 +73,10 @@ class Op:
         self.attrs = dict(attrs or {})
         self.parent: Block | None = None
         self.loc = loc
+        # Nested functions (ir/ops/control.py: the branches of cuvil.if, the condition and
+        # body of cuvil.while). A region sees only its own inputs: every outer value it
+        # reads is an operand of the op (regions are isolated from above).
+        self.regions: list[Function] = []
         for v in self.operands:
             v.uses.append(self)
         if result_types is None:
@@ -196,10 +200,29 @@ class Module:
         return self.functions["main"]
 
     def weights(self) -> dict[str, np.ndarray]:
-        """All constants' arrays by name, in program order."""
+        """All constants' arrays by name, in program order (regions included)."""
         out: dict[str, np.ndarray] = {}
-        for fn in self.functions.values():
+        for fn in self.all_functions():
             for op in fn.body.ops:
                 if op.name == "cuvil.constant":
                     out[op.attrs["name"]] = op.value
         return out
+
+    def all_functions(self) -> list[Function]:
+        """Every function, the regions of control-flow ops included: each region before
+        the function that holds it (inner first), top-level functions in their order."""
+        out: list[Function] = []
+        for fn in self.functions.values():
+            out += nested_functions(fn)
+            out.append(fn)
+        return out
+
+
+def nested_functions(fn: Function) -> list[Function]:
+    """The regions of fn's ops, recursively, inner ones before the ones holding them."""
+    out: list[Function] = []
+    for op in fn.body.ops:
+        for region in op.regions:
+            out += nested_functions(region)
+            out.append(region)
+    return out

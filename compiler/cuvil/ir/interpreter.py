@@ -12,7 +12,8 @@ from .core import Function, Module, Op
 
 
 # Attributes the memory planner adds; they do not change what an op computes.
-PLAN_ATTRS = frozenset({"arena_offset", "alias", "scratch_offset", "scratch_bytes", "kernel_plan"})
+PLAN_ATTRS = frozenset({"arena_offset", "arena_offsets", "alias", "scratch_offset", "scratch_bytes", "kernel_plan",
+                        "loop_offsets"})
 
 
 def evaluate_op(op: Op, args: list[np.ndarray], dims: dict[str, int] | None = None) -> list[np.ndarray]:
@@ -51,17 +52,21 @@ def bind_dims(fn: Function, inputs: Sequence[np.ndarray]) -> dict[str, int]:
     return env
 
 
-def run_function(fn: Function, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+def run_function(fn: Function, inputs: Sequence[np.ndarray],
+                 dims: dict[str, int] | None = None) -> tuple[np.ndarray, ...]:
+    """Run fn on inputs; `dims` (a region's caller's symbol values) or else fn's inputs
+    bind its symbolic dims."""
     if len(inputs) != len(fn.args):
         raise CuvilError(f"{fn.name} takes {len(fn.args)} inputs, got {len(inputs)}")
     env: dict[int, np.ndarray] = {}
-    dims = bind_dims(fn, inputs)
+    dims = bind_dims(fn, inputs) if dims is None else dims
     for a, x, name in zip(fn.args, inputs, fn.input_names):
         env[id(a)] = np.asarray(x).astype(a.type.np_dtype, copy=False)
     for op in fn.body.ops:
         if op.name == "cuvil.return":
             return tuple(env[id(v)] for v in op.operands)
-        outs = evaluate_op(op, [env[id(v)] for v in op.operands], dims)
+        args = [env[id(v)] for v in op.operands]
+        outs = op.run(args, dims) if op.regions else evaluate_op(op, args, dims)
         for r, o in zip(op.results, outs):
             env[id(r)] = o
     raise CuvilError(f"function {fn.name} has no return")

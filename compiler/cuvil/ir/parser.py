@@ -125,7 +125,7 @@ def parse_module(text: str, weights: dict[str, np.ndarray] | None = None) -> Mod
             raise ParseError(f"line {lineno}: {e}") from None
         except (ValueError, KeyError, IndexError, TypeError) as e:  # json, attrs, types
             raise ParseError(f"line {lineno}: {type(e).__name__}: {e}") from None
-    if state.fn is not None:
+    if state.fn is not None or state.awaiting is not None:
         raise ParseError("unexpected end of text inside a function")
     return state.module
 
@@ -135,28 +135,54 @@ class _ParseState:
         self.module = Module()
         self.fn: Function | None = None
         self.values: dict[str, object] = {}
+        # Inside `regions { ... }` of this op of `fn` (between its regions' functions).
+        self.awaiting = None
+        # The functions holding the regions being parsed: (fn, values, op), outermost first.
+        self.stack: list[tuple] = []
 
 
 def _parse_line(state: _ParseState, line: str, lineno: int, weights) -> None:
-    module, fn, values = state.module, state.fn, state.values
     if not line or line.startswith("//"):
         return
-    if fn is None:
-        m = _FUNC.match(line)
-        if not m:
-            raise ParseError(f"line {lineno}: expected 'func @name(...) -> (...) {{'")
-        args = [a for a in _ARG.finditer(m.group(2))]
-        outs = json.loads(f"[{m.group(3)}]")
-        fn = Function(m.group(1), [json.loads(a.group(3)) for a in args],
-                      [TensorType.parse(a.group(2)) for a in args], outs)
-        state.fn, state.values = fn, {a.group(1): v for a, v in zip(args, fn.args)}
-        if m.group(4):
-            fn.attrs = parse_attrs(m.group(4), lineno)
+    if state.fn is None or state.awaiting is not None:
+        if state.awaiting is not None and line == "}":  # the end of an op's regions
+            state.awaiting = None
+            return
+        _start_function(state, line, lineno)
         return
     if line == "}":
-        module.add(fn)
-        state.fn = None
+        fn = state.fn
+        if state.stack:  # a region: back to the op that holds it
+            state.fn, state.values, state.awaiting = state.stack.pop()
+            state.awaiting.regions.append(fn)
+        else:
+            state.module.add(fn)
+            state.fn = None
         return
+    opens = line.endswith(" regions {")
+    op = _parse_op(state, line[:-len(" regions {")] if opens else line, lineno, weights)
+    if opens:
+        state.awaiting = op
+
+
+def _start_function(state: _ParseState, line: str, lineno: int) -> None:
+    m = _FUNC.match(line)
+    if not m:
+        raise ParseError(f"line {lineno}: expected 'func @name(...) -> (...) {{'")
+    args = [a for a in _ARG.finditer(m.group(2))]
+    outs = json.loads(f"[{m.group(3)}]")
+    fn = Function(m.group(1), [json.loads(a.group(3)) for a in args],
+                  [TensorType.parse(a.group(2)) for a in args], outs)
+    if state.awaiting is not None:  # a region of the awaiting op
+        state.stack.append((state.fn, state.values, state.awaiting))
+        state.awaiting = None
+    state.fn, state.values = fn, {a.group(1): v for a, v in zip(args, fn.args)}
+    if m.group(4):
+        fn.attrs = parse_attrs(m.group(4), lineno)
+
+
+def _parse_op(state: _ParseState, line: str, lineno: int, weights):
+    fn, values = state.fn, state.values
     m = _OP.match(line)
     if not m:
         raise ParseError(f"line {lineno}: cannot parse {line[:60]!r}")
@@ -186,3 +212,4 @@ def _parse_line(state: _ParseState, line: str, lineno: int, weights) -> None:
         raise ParseError(f"line {lineno}: {name} has {len(op.results)} results, {len(results)} named")
     for r, v in zip(results, op.results):
         values[r] = v
+    return op

@@ -40,7 +40,9 @@ def format_attrs(attrs: dict) -> str:
     return "{" + ", ".join(f"{k} = {format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
 
 
-def print_function(fn: Function) -> str:
+def print_function(fn: Function, indent: str = "") -> str:
+    """fn's text; a control-flow op's regions follow it, nested in `regions { ... }`
+    (each a function of its own: its values are numbered from %0 again)."""
     names: dict[int, str] = {}
 
     def name(v) -> str:
@@ -51,17 +53,21 @@ def print_function(fn: Function) -> str:
     args = ", ".join(f"{name(a)}: {a.type} {json.dumps(n)}" for a, n in zip(fn.args, fn.input_names))
     outs = ", ".join(json.dumps(n) for n in fn.output_names)
     fattrs = f" attributes {format_attrs(fn.attrs)}" if fn.attrs else ""
-    lines = [f"func @{fn.name}({args}) -> ({outs}){fattrs} {{"]
+    lines = [f"{indent}func @{fn.name}({args}) -> ({outs}){fattrs} {{"]
     for op in fn.body.ops:
         operands = ", ".join(name(v) for v in op.operands)
         if op.name == "cuvil.return":
-            lines.append(f"  cuvil.return({operands})")
+            lines.append(f"{indent}  cuvil.return({operands})")
             continue
         results = ", ".join(name(r) for r in op.results)
         types = ", ".join(str(r.type) for r in op.results)
         loc = f" loc({json.dumps(op.loc)})" if op.loc else ""
-        lines.append(f"  {results} = {op.name}({operands}) {format_attrs(op.attrs)} : {types}{loc}")
-    lines.append("}")
+        opened = " regions {" if op.regions else ""
+        lines.append(f"{indent}  {results} = {op.name}({operands}) {format_attrs(op.attrs)} : {types}{loc}{opened}")
+        if op.regions:
+            lines += [print_function(region, indent + "    ") for region in op.regions]
+            lines.append(f"{indent}  }}")
+    lines.append(f"{indent}}}")
     return "\n".join(lines)
 
 

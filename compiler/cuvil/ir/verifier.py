@@ -8,7 +8,7 @@ from .core import Module
 def verify(module: Module) -> None:
     if "main" not in module.functions:
         raise VerifyError("module has no main function")
-    for fn in module.functions.values():
+    for fn in module.all_functions():
         defined = {id(a) for a in fn.args}
         if len(fn.input_names) != len(fn.args):
             raise VerifyError(f"function {fn.name}: {len(fn.args)} inputs but {len(fn.input_names)} names")

@@ -153,7 +153,7 @@ class Canonicalize:
 
     def apply(self, module: Module) -> None:
         names = ConstNames(module)
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             for _ in range(self.max_sweeps):
                 changed = False
                 for op in list(fn.body.ops):

@@ -25,9 +25,9 @@ class ConstantFold:
 
     def apply(self, module: Module) -> None:
         names = ConstNames(module)
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             for op in list(fn.body.ops):
-                if op.name in ("cuvil.constant", "cuvil.return", "cuvil.dequantize") or not op.operands:
+                if op.name in ("cuvil.constant", "cuvil.return", "cuvil.dequantize") or not op.operands or op.regions:
                     continue
                 args = [const_value(v) for v in op.operands]
                 if any(a is None for a in args) or not self._small_enough(op, args):

@@ -14,7 +14,7 @@ class DeadCodeElimination:
     name = "dce"
 
     def apply(self, module: Module) -> None:
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             removed = True
             while removed:
                 removed = False

@@ -44,7 +44,7 @@ class FoldFakeQuant:
 
     def apply(self, module: Module) -> None:
         names = ConstNames(module)
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             found = [op for op in fn.body.ops if op.name == "cuvil.dequantize"
                      and op.attrs["scheme"] == "int8_channel"]
             if not found:

@@ -66,7 +66,7 @@ class FuseAttention:
     name = "fuse-attention"
 
     def apply(self, module: Module) -> None:
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             for op in [op for op in fn.body.ops if op.name == "cuvil.matmul"]:
                 if op.parent is not None:
                     fuse(op)

@@ -26,7 +26,7 @@ class FuseElementwise:
     merge_broadcast: bool = False
 
     def apply(self, module: Module) -> None:
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             for op in list(fn.body.ops):  # program order: producers are fused before users
                 if op.name in ELEMENTWISE or op.name == "cuvil.fused":
                     self._fuse(op)

@@ -52,7 +52,7 @@ class FuseEpilogues:
     name = "fuse-epilogues"
 
     def apply(self, module: Module) -> None:
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             for anchor in [op for op in fn.body.ops if op.name in ANCHORS]:
                 while anchor is not None:
                     anchor = absorb(anchor)

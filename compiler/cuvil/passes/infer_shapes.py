@@ -15,10 +15,10 @@ class InferShapes:
     name = "infer-shapes"
 
     def apply(self, module: Module) -> None:
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             for i, op in enumerate(fn.body.ops):
-                if op.name in ("cuvil.constant", "cuvil.return"):
-                    continue
+                if op.name in ("cuvil.constant", "cuvil.return") or op.regions:
+                    continue  # a control-flow op's types are its regions' (its verify checks them)
                 where = f"function {fn.name}, op {i} ({op.name}{', ' + op.loc if op.loc else ''})"
                 op.check_operand_count()
                 try:

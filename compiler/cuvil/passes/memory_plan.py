@@ -14,6 +14,10 @@ Contract with the backend (codegen reads these attributes):
   `attrs["scratch_offset"]` (and `attrs["scratch_bytes"]`); a plan's `reads_producer`
   keeps the operands of the op that defines op's input alive until op (its kernel may
   run that op inside itself);
+- a control-flow op (`op.regions`) gets `attrs["arena_offsets"]`, one arena buffer per
+  result, and its scratch holds its regions' arena (each region is planned on its own,
+  first) then, for a loop, its predicate and next carried values at
+  `attrs["loop_offsets"]` (ir.ops.control.scratch_layout);
 - symbolic dims are planned at their upper bounds (`fn.attrs["dim_bounds"]`, name ->
   [lo, hi]): the offsets are fixed, every shape within the bounds fits;
 - `fn.attrs["arena_size"]` is the arena's size (a multiple of ALIGN) and
@@ -30,6 +34,7 @@ from typing import Optional
 
 from ..errors import CuvilError
 from ..ir import Function, Module, Op, Value
+from ..ir.ops.control import scratch_layout
 
 ALIGN = 64
 
@@ -102,7 +107,7 @@ class MemoryPlan:
     in_place: bool = True
 
     def apply(self, module: Module) -> None:
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             self.plan(fn)
 
     def plan(self, fn: Function) -> None:
@@ -117,9 +122,12 @@ class MemoryPlan:
         buffers: list[Buffer] = []
         scratch: list[tuple[Op, Buffer]] = []
         for i, op in enumerate(ops):
-            for key in ("arena_offset", "alias", "scratch_offset", "scratch_bytes"):
+            for key in ("arena_offset", "arena_offsets", "alias", "scratch_offset", "scratch_bytes", "loop_offsets"):
                 op.attrs.pop(key, None)
             if op.name in UNPLANNED:
+                continue
+            if op.regions:
+                buffers += self._control(op, i, bounds, last_use, scratch)
                 continue
             if len(op.results) != 1:
                 raise CuvilError(f"memory planning supports single-result ops, not {op.name}")
@@ -142,12 +150,32 @@ class MemoryPlan:
         size = _place(buffers + [b for _, b in scratch])
         for buf in buffers:
             for v in buf.values:
-                v.defining_op.attrs["arena_offset"] = buf.offset
+                if v.defining_op.regions:
+                    v.defining_op.attrs.setdefault("arena_offsets", [0] * len(v.defining_op.results))[v.index] = \
+                        buf.offset
+                else:
+                    v.defining_op.attrs["arena_offset"] = buf.offset
         for op, buf in scratch:
             op.attrs["scratch_offset"], op.attrs["scratch_bytes"] = buf.offset, buf.size
         fn.attrs["arena_size"] = _align(size)
         fn.attrs["intermediate_bytes"] = sum(_nbytes(v, v.defining_op, bounds) for buf in buffers for v in buf.values
                                              if not v.defining_op.attrs.get("alias"))
+
+    @staticmethod
+    def _control(op: Op, i: int, bounds: dict, last_use: dict, scratch: list) -> list[Buffer]:
+        """A control-flow op's buffers: one per result (returned ones too: the loop
+        works in them), live from op on; its regions' arena (planned before it, as
+        Module.all_functions orders them) and loop temporaries in its scratch."""
+        _, loop, total = scratch_layout(op, lambda v: _nbytes(v, op, bounds), _align)
+        if loop:
+            op.attrs["loop_offsets"] = loop
+        if total:
+            scratch.append((op, Buffer(i, i, total)))
+        out = []
+        for r in op.results:
+            buf = Buffer(i, max(i, last_use.get(id(r), i)), _align(_nbytes(r, op, bounds)), [r])
+            out.append(buf)
+        return out
 
     def _reuse(self, op: Op, i: int, home: dict, last_use: dict) -> Buffer | None:
         """The buffer op's result shares: its operand's for a reshape alias, a dying
@@ -209,6 +237,11 @@ def check_plan(fn: Function) -> None:
             if id(v) in root:
                 spans[id(root[id(v)])].end = i
         if op.name in UNPLANNED:
+            continue
+        if op.regions:  # a control-flow op: every result in a buffer of its own
+            for r, off in zip(op.results, op.attrs["arena_offsets"]):
+                root[id(r)] = r
+                spans[id(r)] = _Span(i, i, off, off + r.type.bound(bounds).nbytes, r, i)
             continue
         r, where = op.result, f"op {i} ({op.name})"
         if id(r) in returned:

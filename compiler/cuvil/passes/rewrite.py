@@ -34,7 +34,7 @@ class ConstNames:
     the names already taken and the order of requests)."""
 
     def __init__(self, module: Module):
-        self.taken = {op.attrs["name"] for fn in module.functions.values()
+        self.taken = {op.attrs["name"] for fn in module.all_functions()
                       for op in fn.body.ops if op.name == "cuvil.constant"}
         self.counters: dict[str, int] = {}
 

@@ -24,6 +24,7 @@ from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I64, MEM_TYPES, PTR, emit_memcpy, i64
 from .gemm import pack_b
+from .control import emit_control
 from .kernel_args import KernelArgs
 from .kernels import bf16, fuse_pw_dw, quantized
 from .kernels.conv_shapes import conv_weights_packed
@@ -65,8 +66,11 @@ class _Codegen:
         self.vw = target.lanes
         self.int8 = target.int8
         self.bf16 = target.bf16
+        self.module = module
         self.fn = module.main
         self.prefix = prefix
+        self.regions: dict[tuple, ir.Function] = {}  # (region id, specialisation) -> its function
+        self.wsym = None
         self.mod = ir.Module(name=prefix)
         self.kernels: dict[str, ir.Function] = {}
         self.weight_offsets: dict[int, int] = {}
@@ -104,7 +108,8 @@ class _Codegen:
         self.blob += data
 
     def layout_weights(self):
-        for op in self.fn.body.ops:
+        every = [op for fn in self.module.all_functions() for op in fn.body.ops]
+        for op in every:
             if op.name != "cuvil.constant":
                 continue
             uses = [(u, i) for u in op.result.uses for i, v in enumerate(u.operands) if v is op.result]
@@ -121,7 +126,7 @@ class _Codegen:
             if any(not inlinable(u, i) and not (i == 1 and self._packs_b(u)) and u.name != "cuvil.dequantize"
                    for u, i in uses):
                 self._add_blob(id(op.result), op.value)
-        for op in self.fn.body.ops:  # int4 weights, in the layout their kernels read (kernels/quantized.py)
+        for op in every:  # int4 weights, in the layout their kernels read (kernels/quantized.py)
             if op.name == "cuvil.dequantize":
                 self._add_blob(id(op.result), quantized.quantized_blob(op, plan_of(op)["layout"], self.vw, self.int8))
         self.blob += b"\0" * (_align(max(len(self.blob), 1)) - len(self.blob))
@@ -290,11 +295,11 @@ class _Codegen:
     def generate(self) -> Generated:
         fn = self.fn
         self.layout_weights()
-        for op in fn.body.ops:
+        for op in [op for f in self.module.all_functions() for op in f.body.ops]:
             a = self.fused_producer(op) if op.name == "cuvil.conv2d" else None
             if a is not None:
                 self.fused[id(op)] = a
-        wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
+        wsym = self.wsym = declare_weights(self.mod, f"{self.prefix}_weights", len(self.blob))
         if not self.specializations:
             self._forward(f"{self.prefix}_forward", fn, wsym)
         else:  # the general forward, one per specialisation, and a dispatcher
@@ -330,6 +335,15 @@ class _Codegen:
             self._forward_body(b, fn, wsym, inputs, outputs, arena, dims)
         return entry
 
+    def region_function(self, region) -> ir.Function:
+        """The internal function of a control-flow op's region (control.py), with the
+        forward's signature, emitted once per specialisation."""
+        key = (id(region), tuple(sorted(self.fixed.items())))
+        if key not in self.regions:
+            self.regions[key] = self._forward(f"{self.prefix}_region{len(self.regions)}", region, self.wsym,
+                                              internal=True)
+        return self.regions[key]
+
     def _dispatcher(self, general, variants) -> None:
         """`<prefix>_forward`: the first specialisation whose values match this run's dims,
         else the general code."""
@@ -359,7 +373,7 @@ class _Codegen:
         for j, v in enumerate(outs):
             op = v.defining_op
             if op is not None and op.name != "cuvil.constant" and id(v) not in direct \
-                    and not op.attrs.get("alias"):
+                    and not op.attrs.get("alias") and not op.regions:
                 direct[id(v)] = j
         out_ptrs = [b.load(b.gep(outputs, [i64(j)]), name=f"out{j}") for j in range(len(outs))]
 
@@ -373,6 +387,8 @@ class _Codegen:
                 p = out_ptrs[direct[id(v)]]
             elif op.attrs.get("alias"):
                 p = where(op.operands[0])
+            elif op.regions:  # a control-flow op's results: one buffer each
+                p = b.gep(arena, [i64(op.attrs["arena_offsets"][v.index])], inbounds=True)
             else:
                 if "arena_offset" not in op.attrs:
                     raise BackendError(f"{op.name} has no arena_offset: run the memory-plan pass first")
@@ -390,6 +406,10 @@ class _Codegen:
         for op in fn.body.ops:
             if op.name in ("cuvil.constant", "cuvil.dequantize", "cuvil.return") or op.attrs.get("alias") \
                     or id(op) in absorbed:
+                continue
+            if op.regions:
+                emit_control(self, b, op, [where(v) for v in op.operands], [where(r) for r in op.results], arena,
+                             dims)
                 continue
             if len(op.results) != 1:
                 raise BackendError(f"{op.name}: multi-result ops are not supported by the backend")

@@ -351,7 +351,7 @@ class SelectKernels:
     def apply(self, module) -> None:
         if self.target is None:  # no target: nothing to select (the module can be interpreted)
             return
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             self.target.record(fn)
             ops = fn.body.ops
             for op in ops:
@@ -376,7 +376,7 @@ class SelectStorage:
     def apply(self, module) -> None:
         if self.target is None:
             return
-        for fn in module.functions.values():
+        for fn in module.all_functions():
             ops = fn.body.ops
             fused = {id(op) for op in ops if plan_of(op).get("form") in ("fused_depthwise", "in_depthwise")}
             pairs = stored_pairs(ops, {id(v) for v in fn.outputs}, self.target.bf16, self.target.lanes, fused)
