@@ -207,7 +207,7 @@ def handlers() -> dict:
     """ATen schema name -> handler, for every op the frontend lowers. The handler modules
     fill torch_ops.HANDLERS when imported: here, not at the top, so that importing this
     module stays cheap. (torch_hf's `index` replaces torch_composite's.)"""
-    from . import torch_composite, torch_hf, torch_ops, torch_quant, torch_shape_ops  # noqa: F401
+    from . import torch_composite, torch_control, torch_hf, torch_ops, torch_quant, torch_shape_ops  # noqa: F401
     return torch_ops.HANDLERS
 
 
@@ -246,6 +246,8 @@ def capture_torch(model, example_inputs: Sequence, *, name_inputs: Sequence[str]
     for node in graph.nodes:
         if node.op == "call_function":
             _lower_node(low, node)
+        elif node.op == "get_attr":  # a subgraph of a control-flow op (torch_control.py)
+            low.env[node] = getattr(ep.graph_module, node.target)
     return _finish(low, next(n for n in graph.nodes if n.op == "output"))
 
 
