@@ -339,6 +339,9 @@ def _lower_node(low: Lowering, node) -> None:
         check_operands(key, bound)
         result = handler(low, bound)
     except CuvilError as e:
+        if key in CONTROL_FLOW:  # the error is from inside one of its functions: name the op, briefly
+            at = f" at {loc}" if loc and not loc.startswith("<") else ""
+            raise type(e)(f"{e} (inside torch {key}{at})") from None
         raise type(e)(f"{e} (lowering {node.target}" + (f" at {where})" if where else ")")) from None
     except Exception as e:
         raise FrontendError(f"cannot lower {node.target}: {type(e).__name__}: {e}"

@@ -70,6 +70,7 @@ class _Codegen:
         self.fn = module.main
         self.prefix = prefix
         self.regions: dict[tuple, ir.Function] = {}  # (region id, specialisation) -> its function
+        self.region_names = 0
         self.wsym = None
         self.mod = ir.Module(name=prefix)
         self.kernels: dict[str, ir.Function] = {}
@@ -340,8 +341,9 @@ class _Codegen:
         forward's signature, emitted once per specialisation."""
         key = (id(region), tuple(sorted(self.fixed.items())))
         if key not in self.regions:
-            self.regions[key] = self._forward(f"{self.prefix}_region{len(self.regions)}", region, self.wsym,
-                                              internal=True)
+            name = f"{self.prefix}_region{self.region_names}"
+            self.region_names += 1  # before emitting: the region's own regions are numbered inside
+            self.regions[key] = self._forward(name, region, self.wsym, internal=True)
         return self.regions[key]
 
     def _dispatcher(self, general, variants) -> None:
