@@ -316,6 +316,9 @@ def _dim_bounds(ep, symbols: dict[str, str], dim_bounds: dict) -> dict[str, list
     return bounds
 
 
+CONTROL_FLOW = ("cond", "while_loop")  # higher-order ops lowered by torch_control.py
+
+
 def _lower_node(low: Lowering, node) -> None:
     """Lower one call_function node into low.env[node], checked against torch's type."""
     import torch
