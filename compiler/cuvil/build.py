@@ -12,10 +12,8 @@ toolchain (cuvil.native.toolchain_for) and checks the signatures of everything i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -25,26 +23,11 @@ from .cache import CACHE_FORMAT, Cache, cache_key, compiler_hash, sha256_file, t
 from .capture_stage import cached_capture
 from .config import Config
 from .errors import CuvilError
-from .fsutil import atomic_write
+from .fsutil import atomic_copy, atomic_write
 from .native import check_image_support, link_artifact, runtime_hash, toolchain_for
 from .options import CALIBRATED, CalibrationFiles, CompileOptions, TargetSpec
 from .quant_config import calibration_inputs, quantization_from_config
 from .runtime import abi
-
-def atomic_copy(src: Path, dst: Path) -> None:
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        shutil.copymode(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
 
 # -- compile ------------------------------------------------------------------------------------
 def compile_options(cfg: Config) -> CompileOptions:

@@ -10,10 +10,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
+
+from .fsutil import make_temp
 
 CACHE_FORMAT = "1"
 _PKG = Path(__file__).resolve().parent
@@ -64,7 +65,7 @@ class Cache:
             self.log(f"[{stage}] cached ({key[:12]})")
             return final, True
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
+        tmp = make_temp(final.parent, is_dir=True)  # cleans a killed build's leftovers first
         start = time.monotonic()
         try:
             make(tmp)

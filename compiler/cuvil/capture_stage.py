@@ -36,6 +36,22 @@ def _forget_foreign_module(name: str, roots: list[Path]) -> None:
             del sys.modules[key]
 
 
+# What the user's model code may raise: any exception, and also sys.exit() and a
+# KeyboardInterrupt raised by the code itself; each becomes one line naming the file.
+_USER_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
+
+
+def _describe(e: BaseException) -> str:
+    """`Type: message` (one line, cut short) and where in the user's code it was raised."""
+    import traceback
+    text = " ".join(str(e).split())
+    text = f"{type(e).__name__}: {text[:300]}{'...' if len(text) > 300 else ''}" if text else type(e).__name__
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
+    if frames and not frames[-1].filename.startswith(str(Path(__file__).parent)):
+        text += f" (at {frames[-1].filename}:{frames[-1].lineno})"
+    return text
+
+
 def _import_entry(cfg: Config):
     m = cfg.data["model"]
     for p in reversed([cfg.resolve(p) for p in m.get("python_path", [])]):
@@ -46,6 +62,8 @@ def _import_entry(cfg: Config):
             src = cfg.resolve(m["source"]).resolve()
             name = "cuvil_user_model_" + hashlib.sha256(str(src).encode()).hexdigest()[:8]
             spec = importlib.util.spec_from_file_location(name, src)
+            if spec is None or spec.loader is None:
+                raise cfg.error(["model", "source"], f"{src}: not a Python source file (.py)")
             mod = importlib.util.module_from_spec(spec)
             sys.modules[name] = mod
             spec.loader.exec_module(mod)
@@ -54,9 +72,9 @@ def _import_entry(cfg: Config):
             mod = importlib.import_module(m["module"])
     except CuvilError:
         raise
-    except Exception as e:
+    except _USER_ERRORS as e:
         key = "source" if "source" in m else "module"
-        raise cfg.error(["model", key], f"importing the model failed: {type(e).__name__}: {e}") from e
+        raise cfg.error(["model", key], f"importing the model failed: {_describe(e)}") from None
     entry = getattr(mod, m["entry"], None)
     if not callable(entry):
         raise cfg.error(["model", "entry"], f"{m['entry']!r} is not a function in {mod.__name__}")
@@ -138,8 +156,10 @@ def capture_to(cfg: Config, out: Path) -> list[Path]:
     entry = _import_entry(cfg)
     try:
         result = entry()
-    except Exception as e:
-        raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
+    except CuvilError:
+        raise
+    except _USER_ERRORS as e:
+        raise cfg.error(["model", "entry"], f"calling the entry failed: {_describe(e)}") from None
     model, given = (result if isinstance(result, tuple) and len(result) == 2 else (result, None))
     inputs = _example_inputs(cfg, given)
     from .frontends.torch import capture_torch, handlers
@@ -176,8 +196,8 @@ def _capture_tf_or_onnx(cfg: Config):
             result = _import_entry(cfg)()
         except CuvilError:
             raise
-        except Exception as e:
-            raise cfg.error(["model", "entry"], f"calling the entry failed: {type(e).__name__}: {e}") from e
+        except _USER_ERRORS as e:
+            raise cfg.error(["model", "entry"], f"calling the entry failed: {_describe(e)}") from None
         model, given = result if isinstance(result, tuple) and len(result) == 2 else (result, None)
     else:
         model = cfg.resolve(m.get("saved_model") or m["onnx"])

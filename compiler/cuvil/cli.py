@@ -105,10 +105,15 @@ def _cmd_link(args) -> int:
     return 0
 
 
+MAX_MANIFEST = 64 << 20  # `inspect` reads a manifest of at most 64 MiB
+MAX_BINARY = 16 << 30    # and an object or artifact of at most 16 GiB
+
+
 def _print_signatures(path: Path) -> int:
     """ABI signatures of a compile-stage directory, a manifest, or any object/artifact."""
     import json
 
+    from .fsutil import read_regular
     from .runtime import abi
     files = [path]
     if path.is_dir():
@@ -118,8 +123,8 @@ def _print_signatures(path: Path) -> int:
         files = [manifests[0]]
     if files[0].suffix == ".json":
         try:
-            manifest = json.loads(files[0].read_text())
-        except ValueError as e:
+            manifest = json.loads(read_regular(files[0], MAX_MANIFEST, "manifest"))
+        except (ValueError, RecursionError) as e:
             raise CuvilError(f"{files[0]}: not a JSON manifest: {e}") from None
         sig = manifest.get("signature") or {}
         print(f"// manifest {files[0].name}: model {manifest.get('prefix', '?')} for "
@@ -131,7 +136,7 @@ def _print_signatures(path: Path) -> int:
         obj = files[0].with_suffix(".o")
         files = [obj] if obj.is_file() else []
     for f in files:
-        data = f.read_bytes()
+        data = read_regular(f, MAX_BINARY, "file")
         arch = abi.object_arch(data) or "?"
         sigs = abi.find_signatures(data)
         print(f"// {f.name} ({arch}): " + ("no Cuvil signature" if not sigs else f"{len(sigs)} signature(s)"))

@@ -1,6 +1,8 @@
 """`config.yaml`: one build's declarative description, validated before any work.
 
-The YAML is read with `yaml.safe_load`-equivalent composing that keeps node marks, checked
+The YAML is read by `yaml_load.compose_config` (a regular file of at most 1 MiB; no Python
+or other non-standard tags, no duplicate keys, bounded depth and alias expansion; node
+marks kept for line numbers), checked
 against a JSON schema (jsonschema), then checked for the files it names. Every error
 names the key and the file:line where it was written.
 
@@ -22,8 +24,9 @@ from typing import Any
 import yaml
 
 from .backend.llvm.target import HOST_TARGET, TARGET_NAMES
-from .errors import CuvilError
+from .errors import CuvilError, short
 from .options import PRECISIONS, QUANTIZATION_METHODS, RANGES
+from .yaml_load import ConfigError, compose_config
 
 DTYPES = ["f32", "f16", "f64", "i64", "i32", "i8", "u8", "bool"]
 TARGETS = list(TARGET_NAMES)
@@ -187,23 +190,6 @@ SCHEMA["properties"]["overrides"] = {"type": "array", "items": _override_schema(
 _LATER: dict = {}  # (section, key) -> message for schema values accepted in a later release
 
 
-class ConfigError(CuvilError):
-    """A config problem, with the key and file:line in the message."""
-
-
-class _MarkedLoader(yaml.SafeLoader):
-    """SafeLoader that records each mapping's and sequence's node marks."""
-
-
-def _compose(text: str, path: str):
-    try:
-        return yaml.compose(text, Loader=_MarkedLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise ConfigError(f"{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
-
-
 def _line_of(node, keys) -> int:
     """1-based line of the node at `keys` (as deep as it exists)."""
     line = node.start_mark.line + 1
@@ -226,6 +212,7 @@ def _line_of(node, keys) -> int:
 def _key_name(keys) -> str:
     out = ""
     for k in keys:
+        k = k if isinstance(k, int) or len(str(k)) <= 40 else f"{str(k)[:40]}..."  # an unknown key may be long
         out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
     return out or "(top level)"
 
@@ -312,11 +299,19 @@ def _raise_schema_error(cfg: "Config", e, prefix=()) -> None:
         raise cfg.error(keys, "give exactly one of 'source' (a Python file) or 'module' (a module name) with "
                               "'entry', 'saved_model' (a TensorFlow SavedModel directory) or 'onnx' (a .onnx file)")
     if e.validator == "oneOf" and keys[-2:] == ["when", "target"]:
-        raise cfg.error(keys, f"{e.instance!r} is not a target or a list of targets (targets: {', '.join(TARGETS)})")
+        raise cfg.error(keys, f"{short(e.instance)} is not a target or a list of targets (targets: {', '.join(TARGETS)})")
     if e.validator == "pattern" and keys[:2] == ["plugin", "modules"]:
-        raise cfg.error(keys, f"{e.instance!r}: plugin modules are C files (.c), objects (.o) or archives (.a)")
+        raise cfg.error(keys, f"{short(e.instance)}: plugin modules are C files (.c), objects (.o) or archives (.a)")
     later = _LATER.get(tuple(k for k in keys if isinstance(k, str))[-2:])
-    raise cfg.error(keys, later or e.message)
+    raise cfg.error(keys, later or _schema_message(e))
+
+
+def _schema_message(e) -> str:
+    """jsonschema's message with the value cut short (it embeds the whole repr)."""
+    message, whole = e.message, repr(e.instance)
+    if len(whole) > 40 and whole in message:
+        message = message.replace(whole, short(e.instance))
+    return message if len(message) <= 300 else message[:300] + ".."
 
 
 def _apply_overrides(cfg: "Config") -> None:
@@ -337,7 +332,7 @@ def _apply_overrides(cfg: "Config") -> None:
             try:
                 data = dict(data, **{section: _merge(data[section], value) if section in data else value})
             except KeyError as e:
-                raise cfg.error(["overrides", i, section], f"names {e.args[0]!r}, which is not in the base "
+                raise cfg.error(["overrides", i, section], f"names {short(e.args[0])}, which is not in the base "
                                 f"config's {section}") from None
         applied.append(i)
     if applied:
@@ -353,31 +348,27 @@ def _apply_overrides(cfg: "Config") -> None:
     cfg.applied = tuple(applied)
 
 
-def load_config(path: str | Path, target: str | None = None) -> Config:
+def load_config(path: str | Path, target: str | None = None, model_files: bool = True) -> Config:
     """Read and validate a config file for a target (default: its target.arch, else
-    host); raise ConfigError naming key and file:line."""
+    host); raise ConfigError naming key and file:line. `model_files=False` (the
+    compile stage, which reads the captured bundle) does not look for the model's
+    own files (`source`, `python_path`, `saved_model`, `onnx`)."""
 
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read config file: {e}") from None
-    node = _compose(text, str(path))
+    node, data = compose_config(path)
     if node is None:
         raise ConfigError(f"{path}:1: the config file is empty")
-    data = yaml.load(text, Loader=yaml.SafeLoader)
     cfg = Config(path, data, node)
     e = _first_error(data, SCHEMA)
     if e is not None:
         _raise_schema_error(cfg, e)
+    _check_not_empty(cfg)
     if target is not None and target not in TARGETS:
         raise ConfigError(f"target {target!r} is not supported (targets: {', '.join(TARGETS)})")
     cfg.target = target or (data.get("target") or {}).get("arch", "host")
     _apply_overrides(cfg)
     try:
-        _check_files(cfg)
+        _check_files(cfg, model_files)
     except ConfigError as e:
         if not cfg.applied:
             raise
@@ -426,7 +417,7 @@ def _check_plugins(cfg: Config) -> None:
         if name is None:
             continue
         if not plugin.get("modules"):
-            raise cfg.error(keys, f"names the plugin {name!r}, but plugin.modules lists no module")
+            raise cfg.error(keys, f"names the plugin {short(name)}, but plugin.modules lists no module")
         if only_c and name not in defined:
             known = ", ".join(sorted(defined)) or "none"
             raise cfg.error(keys, f"no module in plugin.modules defines CUVIL_PLUGIN({name}, ...) (defined: {known})")
@@ -444,15 +435,15 @@ def _check_dims(cfg: Config) -> None:
         for k, d in enumerate(inp["shape"]):
             if isinstance(d, str):
                 if d not in dims:
-                    raise cfg.error(["inputs", i, "shape", k], f"the symbolic dim {d!r} is not declared under "
+                    raise cfg.error(["inputs", i, "shape", k], f"the symbolic dim {short(d)} is not declared under "
                                     f"'dims' (add `dims: {{{d}: [min, max]}}`)")
                 used.add(d)
     for name in sorted(set(dims) - used):
-        raise cfg.error(["dims", name], f"the dim {name!r} is not used by any input's shape")
+        raise cfg.error(["dims", name], f"the dim {short(name)} is not used by any input's shape")
     for i, spec in enumerate(cfg.data.get("specialize") or []):
         for name, value in spec.items():
             if name not in dims:
-                raise cfg.error(["specialize", i, name], f"{name!r} is not one of the dims ({', '.join(dims) or 'none'})")
+                raise cfg.error(["specialize", i, name], f"{short(name)} is not one of the dims ({', '.join(dims) or 'none'})")
             if not dims[name][0] <= value <= dims[name][1]:
                 raise cfg.error(["specialize", i, name], f"{value} is outside the bounds {dims[name]} of {name!r}")
     if dims and cfg.data["model"]["framework"] == "tensorflow":
@@ -460,17 +451,30 @@ def _check_dims(cfg: Config) -> None:
                         "(their dim_params), not for TensorFlow yet")
 
 
-def _check_files(cfg: Config) -> None:
+def _check_not_empty(cfg: Config) -> None:
+    """A section given with nothing in it is a mistake, not a default; a Python model
+    (`source` or `module`) needs `inputs` (ONNX and SavedModel files declare theirs)."""
+    for key, value in cfg.data.items():
+        if value in (None, {}, []):
+            raise cfg.error([key], "is empty: fill it in or remove it")
+    m = cfg.data["model"]
+    if ("source" in m or "module" in m) and "inputs" not in cfg.data:
+        raise cfg.error(["model"], "the config has no 'inputs': list the model's inputs "
+                        "(name, shape, dtype) under 'inputs'")
+
+
+def _check_files(cfg: Config, model_files: bool = True) -> None:
     from .quant_config import quantization_from_config
     _check_plugins(cfg)
     quantization_from_config(cfg)  # method / weight / activation / precision agree; calibration files exist
     m = cfg.data["model"]
-    _check_model_source(cfg, m)
-    if "source" in m and not cfg.resolve(m["source"]).is_file():
-        raise cfg.error(["model", "source"], f"file not found: {cfg.resolve(m['source'])}")
-    for i, p in enumerate(m.get("python_path", [])):
-        if not cfg.resolve(p).is_dir():
-            raise cfg.error(["model", "python_path", i], f"directory not found: {cfg.resolve(p)}")
+    _check_model_source(cfg, m, model_files)
+    if model_files:
+        if "source" in m and not cfg.resolve(m["source"]).is_file():
+            raise cfg.error(["model", "source"], f"file not found: {cfg.resolve(m['source'])}")
+        for i, p in enumerate(m.get("python_path", [])):
+            if not cfg.resolve(p).is_dir():
+                raise cfg.error(["model", "python_path", i], f"directory not found: {cfg.resolve(p)}")
     for i, out in enumerate(cfg.data.get("outputs", [])):
         labels = (out.get("postprocess") or {}).get("labels")
         if labels and not cfg.resolve(labels).is_file():
@@ -490,8 +494,9 @@ def _check_files(cfg: Config) -> None:
                     raise cfg.error(["inputs", i, "preprocess", key], "give 1 or 3 values")
 
 
-def _check_model_source(cfg: Config, m: dict) -> None:
-    """The model source suits the framework, and the SavedModel / .onnx file exists."""
+def _check_model_source(cfg: Config, m: dict, model_files: bool = True) -> None:
+    """The model source suits the framework, and the SavedModel / .onnx file exists
+    (when `model_files`)."""
     fw = m["framework"]
     key = next(k for k in ("source", "module", "saved_model", "onnx") if k in m)
     allowed = {"pytorch": ("source", "module"), "tensorflow": ("source", "module", "saved_model"),
@@ -500,6 +505,8 @@ def _check_model_source(cfg: Config, m: dict) -> None:
         raise cfg.error(["model", key], f"framework {fw} takes {' or '.join(repr(k) for k in allowed)}, not {key!r}")
     if "entry" in m and key in ("saved_model", "onnx"):
         raise cfg.error(["model", "entry"], f"'entry' goes with 'source' or 'module', not with {key!r}")
+    if not model_files:
+        return
     if key == "saved_model" and not (cfg.resolve(m[key]) / "saved_model.pb").is_file():
         raise cfg.error(["model", key], f"not a SavedModel directory (no saved_model.pb): {cfg.resolve(m[key])}")
     if key == "onnx" and not cfg.resolve(m[key]).is_file():

@@ -83,7 +83,7 @@ def test_not_yaml_and_missing_file(tmp_path):
         load_config(p)
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.yaml")
-    with pytest.raises(ConfigError, match="cannot read config file"):
+    with pytest.raises(ConfigError, match="the config file is a directory"):
         load_config(tmp_path)
 
 

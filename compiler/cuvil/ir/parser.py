@@ -17,6 +17,8 @@ _TOKEN = re.compile(r'\s*(?:(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>-?(?:inf|\d[\w.+-
                     r'|(?P<word>[A-Za-z_][\w.]*)|(?P<punct>[{}\[\],=]))')
 _FUNC = re.compile(r"func @(\w+)\((.*)\) -> \((.*?)\)(?: attributes (\{.*\}))? \{\Z")
 _ARG = re.compile(rf'(%\d+): ({_TYPE}) ("(?:[^"\\]|\\.)*")')
+MAX_DEPTH = 64  # nested lists and dicts in attributes; nested regions
+
 _OP = re.compile(rf'(?:(?P<res>%\d+(?:, %\d+)*) = )?(?P<name>[\w.]+)\((?P<args>[^)]*)\)'
                  rf'(?: (?P<attrs>\{{.*\}}) : (?P<types>{_TYPE}(?:, {_TYPE})*)'
                  rf'(?: loc\((?P<loc>"(?:[^"\\]|\\.)*")\))?)?\Z')
@@ -35,7 +37,7 @@ class _Attrs:
                 raise ParseError(f"line {line}: bad attribute text near {text[pos:pos + 20]!r}")
             self.toks.append((m.lastgroup, m.group(m.lastgroup)))
             pos = m.end()
-        self.i, self.line = 0, line
+        self.i, self.line, self.depth = 0, line, 0
 
     def next(self):
         if self.i >= len(self.toks):
@@ -65,6 +67,17 @@ class _Attrs:
             if val in consts:
                 return consts[val]
             raise ParseError(f"line {self.line}: unexpected word {val!r}")
+        if val in ("[", "{"):
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise ParseError(f"line {self.line}: attributes nested more than {MAX_DEPTH} levels deep")
+            try:
+                return self._container(val)
+            finally:
+                self.depth -= 1
+        raise ParseError(f"line {self.line}: unexpected {val!r}")
+
+    def _container(self, val):
         if val == "[":
             items = []
             if self.toks[self.i][1] == "]":
@@ -77,10 +90,8 @@ class _Attrs:
                     return items
                 if val != ",":
                     raise ParseError(f"line {self.line}: expected ',' or ']' in list, got {val!r}")
-        if val == "{":
-            self.i -= 1
-            return self.dict()
-        raise ParseError(f"line {self.line}: unexpected {val!r}")
+        self.i -= 1
+        return self.dict()
 
     def dict(self):
         self.expect("{")
@@ -174,6 +185,8 @@ def _start_function(state: _ParseState, line: str, lineno: int) -> None:
     fn = Function(m.group(1), [json.loads(a.group(3)) for a in args],
                   [TensorType.parse(a.group(2)) for a in args], outs)
     if state.awaiting is not None:  # a region of the awaiting op
+        if len(state.stack) >= MAX_DEPTH:
+            raise ParseError(f"line {lineno}: regions nested more than {MAX_DEPTH} levels deep")
         state.stack.append((state.fn, state.values, state.awaiting))
         state.awaiting = None
     state.fn, state.values = fn, {a.group(1): v for a, v in zip(args, fn.args)}

@@ -27,13 +27,13 @@ from __future__ import annotations
 import os
 import re
 import struct
-import tempfile
 from pathlib import Path
 
 from llvmlite import ir
 
 from cuvil.backend.llvm.target import Target, compile_to_object
 from cuvil.errors import BackendError
+from cuvil.fsutil import make_temp
 
 WEIGHTS_ALIGN = 64
 I8 = ir.IntType(8)
@@ -122,9 +122,9 @@ def write_weights_object(
     out = Path(out)
     nbytes = _size_of(data)
     obj, offset = _placeholder_object(symbol, nbytes, target, visibility)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    tmp_name = make_temp(out.parent)
     try:
-        with os.fdopen(fd, "wb") as dst:
+        with open(tmp_name, "wb") as dst:
             dst.write(obj[:offset])
             if isinstance(data, (bytes, bytearray, memoryview)):
                 dst.write(data)
