@@ -90,8 +90,10 @@ const char *cuvil_printable(const char *s, char *buf, size_t cap);
 cuvil_status cuvil_read_file(const char *path, size_t max_size, uint8_t **data, size_t *size);
 /* Open `path` for reading after checking it is a regular file (not a directory). */
 cuvil_status cuvil_open_input(const char *path, FILE **out);
-/* Write `path` atomically: `write` fills a temporary file next to it, which is
- * renamed over `path` only if everything succeeded. */
+/* Write `path` atomically: `write` fills a temporary file next to it
+ * (`.cuvil-PID-RAND.tmp`, removed on SIGINT, SIGTERM or SIGHUP; a killed process's
+ * is removed by the next write in that directory), which is renamed over `path`
+ * only if everything succeeded. */
 cuvil_status cuvil_write_atomic(const char *path, cuvil_status (*write)(FILE *f, void *arg), void *arg);
 
 /* JSON of the outputs: top-k (+ logits) for classification outputs, else data. */

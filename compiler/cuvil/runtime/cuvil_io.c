@@ -7,10 +7,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <unistd.h>
-#if defined(__wasi__)
 #include <fcntl.h>
 #include <time.h>
+#include <unistd.h>
+#if !defined(__wasi__)
+#include <dirent.h>
+#include <signal.h>
 #endif
 
 #include "cuvil_app.h"
@@ -75,54 +77,138 @@ cuvil_status cuvil_read_file(const char *path, size_t max_size, uint8_t **data, 
     return CUVIL_OK;
 }
 
-/* Create and open the temporary file `tmp` (`len` bytes of path, room for 12 more). */
-static int make_temp(char *tmp, size_t len) {
-#if defined(__wasi__) /* wasi-libc has no mkstemp, umask or fchmod: O_EXCL over a few names */
+/* --- temporary files --------------------------------------------------------
+ * An output is written to `DIR/.cuvil-PPPPPPPP-RRRRRR.tmp` (the process id in hex,
+ * six random characters: the names the compiler's Python side uses too), then
+ * renamed over the output. SIGINT, SIGTERM and SIGHUP during the write remove the
+ * temporary file before the process ends as the signal says; after a SIGKILL the
+ * next run writing to the same directory removes it (its process is gone). */
+
+#define TEMP_PREFIX ".cuvil-"
+#define TEMP_NAME_LEN 26 /* .cuvil- 8 hex - 6 chars .tmp */
+#define TEMP_STALE_S (24L * 3600L) /* a live process id's temp file older than this is stale too */
+
+static char *volatile current_temp; /* the temporary file being written, for the handler */
+
+#if !defined(__wasi__)
+static int is_temp_name(const char *name, unsigned long *pid) {
+    size_t i;
+    if (strlen(name) != TEMP_NAME_LEN || strncmp(name, TEMP_PREFIX, 7) != 0 || name[15] != '-' ||
+        strcmp(name + 22, ".tmp") != 0)
+        return 0;
+    *pid = 0;
+    for (i = 7; i < 15; i++) {
+        char c = name[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return 0;
+        *pid = *pid * 16 + (unsigned long)(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    for (i = 16; i < 22; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'z'))) return 0;
+    return 1;
+}
+
+static void remove_temp_on_signal(int sig) {
+    char *tmp = current_temp;
+    if (tmp != NULL) unlink(tmp); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Remove the temporary files in `dir` whose process is gone (or that are a day old). */
+static void clean_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    time_t now = time(NULL);
+    if (d == NULL) return;
+    while ((e = readdir(d)) != NULL) {
+        unsigned long pid;
+        char path[4096];
+        struct stat sb;
+        if (!is_temp_name(e->d_name, &pid) || pid == (unsigned long)getpid()) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) continue;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue; /* directories: the compiler's */
+        if ((pid <= 0x7fffffffUL && kill((pid_t)pid, 0) != 0 && errno == ESRCH) || now - sb.st_mtime > TEMP_STALE_S)
+            unlink(path);
+    }
+    closedir(d);
+}
+#endif
+
+/* Create and open a new temporary file in the directory of `path`; its name in `*tmp`
+ * (malloc'd). */
+static int make_temp(const char *path, char **tmp) {
+    static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    const char *slash = strrchr(path, '/');
+    size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+    unsigned long pid, seed;
     struct timespec ts;
-    unsigned long seed;
     int attempt, fd = -1;
+    char *name = (char *)malloc(dirlen + TEMP_NAME_LEN + 1);
+    *tmp = name;
+    if (name == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    memcpy(name, path, dirlen);
+#if defined(__wasi__)
+    pid = 0;
+#else
+    pid = (unsigned long)getpid() & 0xffffffffUL;
+    name[dirlen] = '\0';
+    clean_stale_temps(dirlen ? name : ".");
+#endif
     clock_gettime(CLOCK_REALTIME, &ts);
-    seed = (unsigned long)ts.tv_nsec * 2654435761UL ^ (unsigned long)ts.tv_sec;
+    seed = ((unsigned long)ts.tv_nsec * 2654435761UL) ^ (unsigned long)ts.tv_sec ^ (pid << 16);
     for (attempt = 0; attempt < 64; attempt++) {
-        snprintf(tmp + len, 12, ".tmp-%06lu", (seed + (unsigned long)attempt * 7919UL) % 1000000UL);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        unsigned long r = seed + (unsigned long)attempt * 104729UL;
+        int k;
+        snprintf(name + dirlen, TEMP_NAME_LEN + 1, TEMP_PREFIX "%08lx-", pid);
+        for (k = 0; k < 6; k++, r /= 36) name[dirlen + 16 + k] = alphabet[r % 36];
+        memcpy(name + dirlen + 22, ".tmp", 5);
+        fd = open(name, O_WRONLY | O_CREAT | O_EXCL, 0666); /* the umask applies: the usual mode */
         if (fd >= 0 || errno != EEXIST) break;
     }
     return fd;
-#else
-    mode_t mask;
-    int fd;
-    memcpy(tmp + len, ".tmp-XXXXXX", 12);
-    fd = mkstemp(tmp);
-    if (fd < 0) return fd;
-    mask = umask(0);
-    umask(mask);
-    fchmod(fd, 0666 & ~mask); /* mkstemp makes 0600; give the file the usual mode */
-    return fd;
-#endif
 }
 
 cuvil_status cuvil_write_atomic(const char *path, cuvil_status (*write)(FILE *f, void *arg), void *arg) {
-    size_t len = strlen(path);
-    char *tmp = (char *)malloc(len + 16);
+    char *tmp = NULL;
     cuvil_status st;
     FILE *f;
     int fd;
-    if (tmp == NULL) return cuvil_fail(CUVIL_ERR_OUT_OF_MEMORY, "cannot allocate a file name");
-    memcpy(tmp, path, len);
-    fd = make_temp(tmp, len);
+#if !defined(__wasi__)
+    static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa, old[3];
+    sigset_t block, saved;
+    int i;
+    /* Signals held while the name is created and published, so none ends the process
+     * between the two; then the handler removes the file if one comes. */
+    sigemptyset(&block);
+    for (i = 0; i < 3; i++) sigaddset(&block, sigs[i]);
+    sigprocmask(SIG_BLOCK, &block, &saved);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = remove_temp_on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (i = 0; i < 3; i++) { /* a signal ignored (nohup) stays ignored */
+        sigaction(sigs[i], NULL, &old[i]);
+        if (old[i].sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
+    }
+#endif
+    fd = make_temp(path, &tmp);
+    if (fd >= 0) current_temp = tmp;
+#if !defined(__wasi__)
+    sigprocmask(SIG_SETMASK, &saved, NULL);
+#endif
     if (fd < 0) {
         st = cuvil_fail(CUVIL_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-        free(tmp);
-        return st;
+        goto done;
     }
     f = fdopen(fd, "wb");
     if (f == NULL) {
         st = cuvil_fail(CUVIL_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
         close(fd);
         unlink(tmp);
-        free(tmp);
-        return st;
+        goto done;
     }
     st = write(f, arg);
     if (st == CUVIL_OK && (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0))
@@ -131,6 +217,13 @@ cuvil_status cuvil_write_atomic(const char *path, cuvil_status (*write)(FILE *f,
     if (st == CUVIL_OK && rename(tmp, path) != 0)
         st = cuvil_fail(CUVIL_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     if (st != CUVIL_OK) unlink(tmp);
+done:
+#if !defined(__wasi__)
+    sigprocmask(SIG_BLOCK, &block, NULL);
+    current_temp = NULL;
+    for (i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+    sigprocmask(SIG_SETMASK, &saved, NULL);
+#endif
     free(tmp);
     return st;
 }
