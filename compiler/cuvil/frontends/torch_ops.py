@@ -171,13 +171,16 @@ def _where(low, a):
 
 @handles("min", "max")
 def _min_max(low, a):
-    """torch.min(a, b) / torch.max(a, b) (aten.min.other, aten.max.other): elementwise,
-    NaN propagating like minimum/maximum. The reductions (min.dim, min()) are not lowered."""
+    """torch.min/max in its three forms: of two tensors (min.other: elementwise, NaN
+    propagating like minimum/maximum), along a dim (min.dim: values and indices) and of
+    the whole tensor (min(): a 0-d value)."""
     which = low.node.target._schema.name.split("::")[1]
-    if "other" not in a:
-        raise UnsupportedOpError(f"unsupported op {low.node.target}: aten.{which} as a reduction is not "
-                                 f"lowered yet (torch.{which}(a, b) is)")
-    return _binary(f"cuvil.{which}imum")(low, a)
+    if "other" in a:
+        return _binary(f"cuvil.{which}imum")(low, a)
+    if "dim" in a:
+        return _reduce_with_index(f"cuvil.reduce_{which}", f"cuvil.arg{which}")(low, a)
+    x = a["self"]
+    return low.op(f"cuvil.reduce_{which}", x, axes=list(range(x.type.rank)), keepdims=False)
 
 
 @handles("triu", "tril", "triu_", "tril_")
@@ -452,6 +455,34 @@ handles("mean")(_reduce("cuvil.reduce_mean"))
 handles("sum")(_reduce("cuvil.reduce_sum"))
 handles("amax")(_reduce("cuvil.reduce_max"))
 handles("amin")(_reduce("cuvil.reduce_min"))
+
+
+def _arg_reduce(opname):
+    """argmax / argmin; without `dim`, over the flattened tensor (a 0-d index)."""
+    def handler(low, a):
+        x, dim = a["self"], a.get("dim")
+        keep = bool(a.get("keepdim", False))
+        if dim is None:
+            i = low.op(opname, low.reshape(x, [max(x.type.numel, 1)] if x.type.rank else []), axis=0,
+                       keepdims=False)
+            return low.reshape(i, [1] * x.type.rank) if keep else i
+        return low.op(opname, x, axis=norm_dim(dim, max(x.type.rank, 1)) if x.type.rank else 0, keepdims=keep)
+    return handler
+
+
+def _reduce_with_index(reduce_op, arg_op):
+    """max.dim / min.dim: (values, indices)."""
+    def handler(low, a):
+        x, keep = a["self"], bool(a.get("keepdim", False))
+        if x.type.rank == 0:
+            return x, low.op(arg_op, x, axis=0, keepdims=False)
+        axis = norm_dim(a["dim"], x.type.rank)
+        return (low.op(reduce_op, x, axes=[axis], keepdims=keep), low.op(arg_op, x, axis=axis, keepdims=keep))
+    return handler
+
+
+handles("argmax")(_arg_reduce("cuvil.argmax"))
+handles("argmin")(_arg_reduce("cuvil.argmin"))
 
 
 def _softmax(opname):

@@ -50,3 +50,43 @@ class ReduceMax(Reduce):
 class ReduceMin(Reduce):
     name = "cuvil.reduce_min"
     np_fn = staticmethod(np.min)
+
+
+class ArgReduce(Op):
+    """The index (i64) of the first largest / smallest element along one axis; NaN counts
+    as larger and smaller than every number (the first NaN wins), as in torch and NumPy."""
+    num_operands = 1
+    np_fn = None
+
+    @classmethod
+    def infer_types(cls, types, attrs):
+        x = types[0]
+        axis = attrs["axis"]
+        if not 0 <= axis < max(x.rank, 1):
+            raise VerifyError(f"{cls.name}: axis {axis} out of range for {x}")
+        if x.rank and x.shape[axis] == 0:
+            raise VerifyError(f"{cls.name}: the axis of {x} is empty")
+        if x.rank == 0:
+            return [TensorType((), "i64")]
+        shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape)) if attrs["keepdims"] else \
+            tuple(d for i, d in enumerate(x.shape) if i != axis)
+        return [TensorType(shape, "i64")]
+
+    @classmethod
+    def reference(cls, args, attrs):
+        x = args[0]
+        if x.ndim == 0:
+            return [np.asarray(0, np.int64)]
+        out = cls.np_fn(x.astype(np.float64) if x.dtype == np.float16 else x, axis=attrs["axis"],
+                        keepdims=attrs["keepdims"])
+        return [np.asarray(out, np.int64)]
+
+
+class ArgMax(ArgReduce):
+    name = "cuvil.argmax"
+    np_fn = staticmethod(np.argmax)
+
+
+class ArgMin(ArgReduce):
+    name = "cuvil.argmin"
+    np_fn = staticmethod(np.argmin)

@@ -1,4 +1,4 @@
-"""Reductions (sum, mean, max, min) over any set of axes."""
+"""Reductions (sum, mean, max, min) over any set of axes; argmax / argmin along one."""
 from __future__ import annotations
 
 from math import prod
@@ -8,8 +8,7 @@ import numpy as np
 
 from ..emit import REDUCE, REG_TYPES, View, contiguous_strides, fconst, fsize, i64, load, loop_nest, store
 from ..kernel_args import KernelArgs
-from ..loops import alloca_in_entry
-from ..vectors import fmax, fmin
+from ..loops import alloca_in_entry, for_range
 
 
 def int_reduce_init(dt: str, kind: str) -> ir.Constant:
@@ -46,8 +45,9 @@ def reduce_kernel(kind):
                 a = b.load(acc)
                 if kind in ("sum", "mean"):
                     r = b.fadd(a, v, flags=REDUCE) if isf else b.add(a, v)
-                elif isf:
-                    r = fmax(b, a, v) if kind == "max" else fmin(b, a, v)
+                elif isf:  # a NaN, once met, stays (vectors.fmax would let a later number replace it)
+                    r = b.select(b.or_(b.fcmp_ordered(">" if kind == "max" else "<", v, a),
+                                       b.fcmp_unordered("uno", v, v)), v, a)
                 else:
                     cmp = b.icmp_unsigned if dt in ("bool", "u8") else b.icmp_signed
                     r = b.select(cmp(">" if kind == "max" else "<", v, a), v, a)
@@ -60,4 +60,39 @@ def reduce_kernel(kind):
             store(b, res, O, idx[0], dt)
         loop_nest(b, kept_shape or [1], out_views if kept_shape else
                   [View(O, dt, [0]), View(X, dt, [0])], outer)
+    return emit
+
+
+def arg_reduce_kernel(kind: str):
+    """argmax / argmin along one axis: a scalar walk per output element that keeps the
+    first best index; a NaN beats every number and the first NaN is kept."""
+    def emit(b, k: KernelArgs):
+        xt = k.in_types[0]
+        dt = xt.dtype
+        if xt.rank == 0:
+            store(b, i64(0), k.out, i64(0), "i64")
+            return
+        axis = k.attrs["axis"]
+        outer, n, inner = prod(xt.shape[:axis]), xt.shape[axis], prod(xt.shape[axis + 1:])
+        X = k.ins[0]
+        isf = dt in ("f32", "f16", "f64")
+        with for_range(b, i64(outer * inner), name="r") as r:
+            base = b.add(b.mul(b.sdiv(r, i64(inner)), b.mul(i64(n), i64(inner))), b.srem(r, i64(inner)))
+            best = alloca_in_entry(b, REG_TYPES[dt])
+            where = alloca_in_entry(b, REG_TYPES["i64"])
+            b.store(load(b, X, base, dt), best)
+            b.store(i64(0), where)
+            with for_range(b, i64(n), start=1, name="j") as j:
+                v = load(b, X, b.add(base, b.mul(j, i64(inner))), dt)
+                a = b.load(best)
+                if isf:
+                    op = ">" if kind == "max" else "<"
+                    better = b.or_(b.fcmp_ordered(op, v, a),
+                                   b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_ordered("ord", a, a)))
+                else:
+                    cmp = b.icmp_unsigned if dt in ("bool", "u8") else b.icmp_signed
+                    better = cmp(">" if kind == "max" else "<", v, a)
+                b.store(b.select(better, v, a), best)
+                b.store(b.select(better, j, b.load(where)), where)
+            store(b, b.load(where), k.out, r, "i64")
     return emit

@@ -9,7 +9,7 @@ from .data import k_broadcast_to, k_concat, k_copy, k_dim, k_gather, k_pad, k_re
 from .elementwise import k_fused
 from .matmul import k_matmul
 from .pooling import k_adaptive_avg_pool2d, k_avg_pool2d, k_max_pool2d
-from .reduce import reduce_kernel
+from .reduce import arg_reduce_kernel, reduce_kernel
 from .rows import k_batch_norm, k_layer_norm, k_log_softmax, k_softmax
 
 
@@ -30,6 +30,8 @@ EMITTERS = {
     "cuvil.reduce_mean": reduce_kernel("mean"),
     "cuvil.reduce_max": reduce_kernel("max"),
     "cuvil.reduce_min": reduce_kernel("min"),
+    "cuvil.argmax": arg_reduce_kernel("max"),
+    "cuvil.argmin": arg_reduce_kernel("min"),
     "cuvil.reshape": k_copy,
     "cuvil.transpose": k_transpose,
     "cuvil.broadcast_to": k_broadcast_to,
