@@ -90,7 +90,9 @@ def _from_files(data_dir: str) -> list[Case]:
 STATIC_OPERANDS = {
     "Reshape": {1}, "Expand": {1}, "Tile": {1}, "ConstantOfShape": {0}, "Range": {0, 1, 2},
     "Slice": {1, 2, 3, 4}, "Split": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Pad": {1, 2, 3},
-    "Clip": {1, 2}, "Dropout": {1, 2}, **{op: {1} for op in (
+    "Clip": {1, 2}, "Dropout": {1, 2},
+    "Loop": {0, 1},  # scan outputs need a constant trip count and condition (their length)
+    **{op: {1} for op in (
         "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare",
         "ReduceLogSum", "ReduceLogSumExp")},
 }
