@@ -30,7 +30,7 @@ from .tf_common import HANDLERS, NCHW, NCHW_TO_NHWC, NHWC_TO_NCHW, TF_DTYPES, cu
 def handlers() -> dict:
     """Op type -> handler, for every op the frontend lowers. The handler modules fill the
     table when imported: here, not at the top, so that importing this module stays cheap."""
-    from . import tf_ops, tf_shape_ops  # noqa: F401
+    from . import tf_control, tf_ops, tf_shape_ops  # noqa: F401
     return HANDLERS
 
 
@@ -159,7 +159,7 @@ def _concrete_function(model, example_inputs):
 def _frozen_graph(cf):
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
     try:
-        frozen = convert_variables_to_constants_v2(cf)
+        frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)  # keep If/While
     except Exception as e:  # TF raises many types; the user needs the message
         raise FrontendError(f"folding the variables to constants failed: {type(e).__name__}: {e}") from e
     return frozen
@@ -227,6 +227,7 @@ def capture_tf(model, example_inputs: Sequence, *, name_inputs: Sequence[str] | 
     names = list(name_inputs or sig_names or [k[0] for k in in_keys])
     fn = Function("main", names, types)
     low = Lowering(fn)
+    low.graph = graph  # for the functions of If/While nodes (tf_control.py)
     low.nodes = {n.name: n for n in nodes}
     for n in nodes:
         for src, _ in n.inputs:
