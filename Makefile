@@ -93,3 +93,19 @@ demo: setup
 	$(VENV)/bin/cuvil build --config examples/mobilenet_v2.yaml --output dist/mobilenet_v2
 	./dist/mobilenet_v2 --input examples/cat.jpg --output dist/cat.json
 	$(PY) examples/print_prediction.py dist/cat.json examples/cat.jpg
+
+# Fuzzing and sanitizers (tests/fuzz; .ci/run runs it): clang's libFuzzer runtime comes
+# with libclang-rt-14-dev (idempotent, as above). CUVIL_FUZZ_SECONDS: each harness's time.
+FUZZ_PACKAGES := clang libclang-rt-14-dev
+
+.PHONY: fuzz fuzz-packages
+
+fuzz-packages:
+	@if ! command -v dpkg >/dev/null 2>&1; then \
+	  echo "not a Debian system: install clang with its libFuzzer and sanitizer runtimes yourself"; \
+	elif ! dpkg -s $(FUZZ_PACKAGES) >/dev/null 2>&1; then \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(FUZZ_PACKAGES); \
+	fi
+
+fuzz: setup fuzz-packages
+	$(PY) -m pytest -q -s tests/fuzz

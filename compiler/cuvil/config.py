@@ -212,7 +212,8 @@ def _line_of(node, keys) -> int:
 def _key_name(keys) -> str:
     out = ""
     for k in keys:
-        k = k if isinstance(k, int) or len(str(k)) <= 40 else f"{str(k)[:40]}..."  # an unknown key may be long
+        if not isinstance(k, int):  # an unknown key may be long, or hold a newline
+            k = str(k) if str(k).isprintable() and len(str(k)) <= 40 else short(str(k))
         out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
     return out or "(top level)"
 

@@ -96,7 +96,7 @@ HOSTILE_CONFIGS = {
                                      r"config.yaml:9: optimize.threads: <list of 100000 items> is not of type"),
     "long string in a schema error": ("optimize:\n  threads: " + "x" * 500 + "\n",
                                       r"config.yaml:9: optimize.threads: 'xxxx.*\.\.\. is not of type"),
-    "long unknown key": ("optimize:\n  " + "k" * 1000 + ": 1\n", r"config.yaml:9: optimize.kkk+\.\.\.: unknown key"),
+    "long unknown key": ("optimize:\n  " + "k" * 1000 + ": 1\n", r"config.yaml:9: optimize.'kkk+\.\.\.: unknown key"),
     "over 1 MiB": ("#" + "x" * (1 << 20) + "\n", r"config.yaml: the config file has \d+ bytes, more than the limit"),
     "not UTF-8": ("name: \xff\n", r"config.yaml:8: not UTF-8 text"),
 }
