@@ -39,7 +39,16 @@ def source_of(node) -> tuple[str, str]:
     if not (user or frames):
         return "", ""
     path, line, fn, code = (user or frames)[-1]
-    return f"{os.path.basename(path)}:{line} in {fn}", f'{path}:{line} in {fn}: {code.strip()}'
+    return f"{os.path.basename(path)}:{line} in {fn}", f'{_shown_path(path)}:{line} in {fn}: {code.strip()}'
+
+
+def _shown_path(path: str) -> str:
+    """`path` relative to the working directory when it is under it: inside a Bazel
+    action that is the workspace-relative path, not the sandbox's absolute one."""
+    cwd = os.getcwd()
+    if os.path.isabs(path) and path.startswith(cwd + os.sep):
+        return os.path.relpath(path, cwd)
+    return path
 
 
 def _is_torch_file(path: str) -> bool:
