@@ -70,7 +70,9 @@ def _cmd_compile(args) -> int:
     from .config import load_config
     def given(**options) -> dict:
         return {k: v for k, v in options.items() if v is not None}
-    cfg = load_config(args.config, target=args.target)
+    # The bundle holds the model: its source files need not be at hand (Bazel's compile
+    # action has the config, not the model's sources).
+    cfg = load_config(args.config, target=args.target, model_files=False)
     opts = compile_options(cfg)
     target = replace(opts.target, **given(cpu=args.cpu, features=args.features))
     q = replace(opts.quantization, **given(method=args.quantization, precision=args.precision))
