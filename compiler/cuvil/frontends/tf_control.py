@@ -57,7 +57,7 @@ def _sub_lowering(low, fn: Function, fg) -> Lowering:
     return sub
 
 
-def _lower_graph(low, sub: Lowering, fg, fname: str, bind: list[Value]) -> list[Value]:
+def _lower_graph(low, sub: Lowering, fg, bind: list[Value]) -> list[Value]:
     """Lower the nodes of function graph fg in `sub`, its inputs bound to `bind`; its outputs."""
     gd = fg.as_graph_def()
     nodes = [Node(nd) for nd in gd.node]
@@ -83,12 +83,13 @@ def _constant(v: Value) -> bool:
 
 
 def _region(low, fname: str, what: str, inputs: list[Value], sink: list[bool], order: list[int] | None = None,
-            keep: list[int] | None = None) -> Function:
+            keep: list[int] | None = None, graph=None) -> Function:
     """FunctionDef `fname` as a region. `inputs` are the outer values for its inputs (in
     the function's order); those marked in `sink` that are constants are re-created inside
     instead of passed. The region's arguments are the rest in `order` (default: as they
-    come); it returns the function's outputs `keep` (default: all)."""
-    fdef, fg = _function_graph(low, fname, inputs)
+    come); it returns the function's outputs `keep` (default: all). `graph`: the
+    (FunctionDef, function graph) pair if already built."""
+    fdef, fg = graph or _function_graph(low, fname, inputs)
     order = list(range(len(inputs))) if order is None else order
     arg_names = [a.name for a in fdef.signature.input_arg]
     passed = [i for i in order if not (sink[i] and _constant(inputs[i]))]
@@ -103,7 +104,7 @@ def _region(low, fname: str, what: str, inputs: list[Value], sink: list[bool], o
         if bind[i] is None:
             c = v.defining_op
             bind[i] = sub.b.constant(c.value, c.attrs["name"])
-    outs = _lower_graph(low, sub, fg, fname, bind)
+    outs = _lower_graph(low, sub, fg, bind)
     outs = outs if keep is None else [outs[i] for i in keep]
     fn.output_names = [f"{what}{i}" for i in range(len(outs))]
     sub.b.loc = ""
@@ -138,7 +139,7 @@ def _if(low, node):
         _, fg = _function_graph(low, fname, args)
         sub = _sub_lowering(low, low.fn, fg)
         sub.b = low.b
-        return _lower_graph(low, sub, fg, fname, args)
+        return _lower_graph(low, sub, fg, args)
     sink = [True] * len(args)
     then = _region(low, then_name, "then", args, sink)
     other = _region(low, else_name, "else", args, sink)
@@ -163,7 +164,7 @@ def _passes_through(fg, i: int) -> bool:
 def _while(low, node):
     inputs = [low.get(k) for k in node.inputs]
     cond_name, body_name = _func(node, "cond"), _func(node, "body")
-    fdef, fg = _function_graph(low, body_name, inputs)
+    fdef, fg = graph = _function_graph(low, body_name, inputs)
     if len(fg.outputs) != len(inputs):
         raise UnsupportedOpError(f"the loop body {body_name} returns {len(fg.outputs)} values for "
                                  f"{len(inputs)} loop variables")
@@ -172,15 +173,15 @@ def _while(low, node):
     rest = [i for i in range(len(inputs)) if i not in carried]
     order = carried + rest
     sink = [i in rest for i in range(len(inputs))]  # carried values change: never sunk
-    body = _region(low, body_name, "body", inputs, sink, order, keep=carried)
+    body = _region(low, body_name, "body", inputs, sink, order, keep=carried, graph=graph)
     names = [a.name for a in fdef.signature.input_arg]
     for i, out in zip(carried, body.outputs):
         v = inputs[i]
         if (out.shape, out.dtype) != (v.shape, v.dtype):
+            start = f"{node.inputs[i][0]}:{node.inputs[i][1]}"
             raise UnsupportedOpError(
-                f"loop variable {i} ({names[i]!r}, initially {node.inputs[i][0]}:{node.inputs[i][1]}) is "
-                f"{v.type} on entry and {out.type} after the body: loop variables must keep their shape "
-                "and dtype across iterations")
+                f"loop variable {names[i]!r} (input {i} of the loop, initially {start}) is {v.type} on entry "
+                f"and {out.type} after the body: loop variables must keep their shape and dtype across iterations")
     cond = _region(low, cond_name, "cond", inputs, sink, order)
     if len(cond.outputs) != 1:
         raise UnsupportedOpError(f"the loop condition {cond_name} returns {len(cond.outputs)} values, not one")
