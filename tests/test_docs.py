@@ -38,7 +38,7 @@ README = REPO / "README.md"
 # The order the commands run in: a page may use what the pages before it made.
 DOCS = ["README.md", "docs/cli.md", "docs/config.md", "docs/targets.md", "docs/quantization.md", "docs/abi.md",
         "docs/plugins.md", "docs/dynamic-shapes.md", "docs/python-api.md", "docs/frameworks.md", "docs/bazel.md",
-        "docs/remote.md", "docs/architecture.md"]
+        "docs/remote.md", "docs/architecture.md", "docs/reliability.md"]
 README_MAX_LINES = 200
 
 CI = ".ci/run"
