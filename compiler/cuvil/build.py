@@ -23,11 +23,14 @@ from .cache import CACHE_FORMAT, Cache, cache_key, compiler_hash, sha256_file, t
 from .capture_stage import cached_capture
 from .config import Config
 from .errors import CuvilError
-from .fsutil import atomic_copy, atomic_write
+from .fsutil import atomic_copy, atomic_write, read_regular
 from .native import check_image_support, link_artifact, runtime_hash, toolchain_for
 from .options import CALIBRATED, CalibrationFiles, CompileOptions, TargetSpec
 from .quant_config import calibration_inputs, quantization_from_config
 from .runtime import abi
+
+MAX_LABELS = 16 << 20  # a labels file (one class name a line) of at most 16 MiB
+
 
 # -- compile ------------------------------------------------------------------------------------
 def compile_options(cfg: Config) -> CompileOptions:
@@ -38,7 +41,11 @@ def compile_options(cfg: Config) -> CompileOptions:
     for i, o in enumerate(d.get("outputs", [])):
         p = dict(o.get("postprocess") or {})
         if p.get("labels"):
-            text = cfg.resolve(p["labels"]).read_text(encoding="utf-8")
+            raw = read_regular(cfg.resolve(p["labels"]), MAX_LABELS, "labels file")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise cfg.error(["outputs", i, "postprocess", "labels"], "the labels file is not UTF-8 text") from None
             p["labels"] = [line.strip() for line in text.splitlines() if line.strip()]
         if p and p.get("kind") != "none":
             post[o["name"]] = p

@@ -160,6 +160,13 @@ def test_model_source_failure_is_one_line(capsys, tmp_path, code, source, patter
     assert_one_line(rc, err, pattern)
 
 
+def test_labels_file_not_utf8_is_one_line(capsys, tmp_path):
+    cfg = config(tmp_path, "outputs:\n  - name: y\n    postprocess: {kind: classification, labels: labels.txt}\n")
+    (tmp_path / "labels.txt").write_bytes(b"\xff\xfe cat\n")
+    rc, err = build(capsys, tmp_path, cfg)
+    assert_one_line(rc, err, r"config.yaml:10: outputs\[0\].postprocess.labels: the labels file is not UTF-8 text")
+
+
 # -- bundles -------------------------------------------------------------------------------------
 def good_bundle(tmp_path) -> bytes:
     module = Module()
