@@ -1,5 +1,5 @@
 """ATen ops lowered as compositions of other Cuvil ops: transposed convolution, group and
-instance norm, PReLU, softplus/mish, adaptive max pooling, repeat, tensor indexing and
+instance norm, PReLU, softplus/mish, repeat, tensor indexing and
 vector norms. Registered into the same HANDLERS table as torch_ops."""
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir import Value
+from . import torch_pool  # noqa: F401  (registers the pooling handlers)
 from .torch_ops import handles, norm_dim, pair, reduce_axes
 
 
@@ -116,22 +117,6 @@ def _softplus_h(low, a):
 def _mish(low, a):
     x = a["self"]
     return low.op("cuvil.mul", x, low.op("cuvil.tanh", _softplus(low, x)))
-
-
-@handles("adaptive_max_pool2d")
-def _adaptive_max_pool2d(low, a):
-    x = a["self"]
-    oh, ow = (int(d) for d in low.meta()[0].shape[2:])  # outputs (values, indices)
-    h, w = x.shape[2:]
-    if (oh, ow) == (1, 1):
-        y = low.op("cuvil.reduce_max", x, axes=[2, 3], keepdims=True)
-    elif h % oh == 0 and w % ow == 0:
-        k = [h // oh, w // ow]
-        y = low.op("cuvil.max_pool2d", x, kernel=k, stride=k, pads=[0, 0, 0, 0], dilation=[1, 1],
-                   ceil_mode=False)
-    else:
-        raise UnsupportedOpError(f"adaptive_max_pool2d from {h}x{w} to {oh}x{ow} (sizes must divide)")
-    return [y, None]
 
 
 @handles("repeat")

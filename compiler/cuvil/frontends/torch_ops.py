@@ -398,41 +398,6 @@ def _layer_norm(low, a):
     return y if low.node.target._schema.name == "aten::layer_norm" else [y, None, None]
 
 
-# -- pooling ----------------------------------------------------------------------------
-@handles("max_pool2d", "max_pool2d_with_indices")
-def _max_pool2d(low, a):
-    k = pair(a["kernel_size"])
-    s = pair(a["stride"]) if a["stride"] else k
-    ph, pw = pair(a["padding"])
-    y = low.op("cuvil.max_pool2d", a["self"], kernel=k, stride=s, pads=[ph, pw, ph, pw],
-               dilation=pair(a["dilation"]), ceil_mode=bool(a["ceil_mode"]))
-    return y if low.node.target._schema.name == "aten::max_pool2d" else [y, None]
-
-
-@handles("avg_pool2d")
-def _avg_pool2d(low, a):
-    k = pair(a["kernel_size"])
-    s = pair(a["stride"]) if a["stride"] else k
-    ph, pw = pair(a["padding"])
-    return low.op("cuvil.avg_pool2d", a["self"], kernel=k, stride=s, pads=[ph, pw, ph, pw],
-                  ceil_mode=bool(a["ceil_mode"]), count_include_pad=bool(a["count_include_pad"]),
-                  divisor=int(a["divisor_override"] or 0))
-
-
-@handles("adaptive_avg_pool2d", "_adaptive_avg_pool2d")
-def _adaptive_avg_pool2d(low, a):
-    t = low.meta_type()
-    return low.op("cuvil.adaptive_avg_pool2d", a["self"], size=list(t.shape[2:]))
-
-
-@handles("adaptive_avg_pool1d")
-def _adaptive_avg_pool1d(low, a):
-    x = a["self"]
-    x4 = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
-    y = low.op("cuvil.adaptive_avg_pool2d", x4, size=[1, int(pair(a["output_size"], 1)[0])])
-    return low.reshape(y, low.meta_type().shape)
-
-
 # -- reductions and softmax -----------------------------------------------------------------
 def reduce_axes(dims, rank):
     if dims is None or dims == []:
