@@ -1,6 +1,7 @@
 # Cuvil developer entry points.
 #   make setup  - install the runtime's Debian packages (when missing), create .venv
-#                 (python3.11) and install the pinned environment
+#                 (python3.11), install the pinned environment and build the image
+#                 codecs for wasm32-wasi (when not up to date)
 #   make test   - run the test suite
 #   make demo   - compare cuvil.compile with torch eager on examples/cat.jpg, then build
 #                 the MobileNetV2 executable (dist/mobilenet_v2) and print its prediction
@@ -23,7 +24,10 @@ STAMP := $(VENV)/.cuvil-setup-$(SETUP_KEY)
 # Debian packages for the C runtime: libjpeg-turbo, libpng and zlib headers and the
 # static libraries that executables with image inputs link (no codec .so at run time).
 # Cross targets: the aarch64 C toolchain + qemu-user, clang/lld/wasi-libc for wasm32-wasi, node (node:wasi).
-SYSTEM_PACKAGES := libjpeg62-turbo-dev libpng-dev zlib1g-dev \
+# The codecs are named with this machine's architecture: once the arm64 ones are
+# installed too (codec-packages), `dpkg -s libpng-dev` is ambiguous.
+DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+SYSTEM_PACKAGES := libjpeg62-turbo-dev:$(DEB_ARCH) libpng-dev:$(DEB_ARCH) zlib1g-dev:$(DEB_ARCH) \
 	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user clang lld wasi-libc libclang-rt-14-dev-wasm32 nodejs
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo)
 
@@ -40,11 +44,12 @@ BAZEL_PACKAGES := bazel-bootstrap bazel-platforms bazel-skylib bazel-rules-java 
 # do not use it (`systemctl disable --now nginx` if you do not want it).
 REMOTE_PACKAGES := nginx bazel-bootstrap-source default-jdk-headless
 
-.PHONY: all setup system-packages bazel-packages remote-packages test demo
+.PHONY: all setup system-packages bazel-packages remote-packages codec-packages wasm-codecs test demo
 
 all: setup demo
 
 setup: system-packages bazel-packages remote-packages $(STAMP)
+setup: codec-packages wasm-codecs  # the image codecs of aarch64 and wasm32 (below)
 
 # Idempotent: only calls apt-get when one of the packages is not installed.
 system-packages:
@@ -69,6 +74,17 @@ remote-packages:
 	elif ! dpkg -s $(REMOTE_PACKAGES) >/dev/null 2>&1; then \
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends $(REMOTE_PACKAGES); \
 	fi
+
+# JPEG/PNG decoding for the cross targets (tools/setup_codecs.sh, idempotent): Debian's
+# arm64 builds of libjpeg-turbo, libpng and zlib (dpkg --add-architecture arm64) for
+# aarch64 executables; for wasm32-wasi, deb-src entries, cmake and dpkg-dev, then
+# `python -m cuvil.wasm_codecs` compiles the same libraries from Debian's source packages
+# into ~/.cache/cuvil/wasm32-wasi-codecs (about 30 s on 2 cores; a no-op when up to date).
+codec-packages: system-packages
+	@sh tools/setup_codecs.sh $(SUDO)
+
+wasm-codecs: codec-packages $(STAMP)
+	$(PY) -m cuvil.wasm_codecs
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

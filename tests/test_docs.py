@@ -47,6 +47,7 @@ BAZEL_TARGETS = "tests/bazel/test_targets.py"
 BAZEL_QUANT = "tests/bazel/test_quantization.py"
 REMOTE_CONFTEST = "tests/remote/conftest.py"
 REMOTE_HELPERS = "tests/remote/remote_helpers.py"
+IMAGES = "tests/targets/test_images.py"
 
 # command -> [(file, regex), ...]: where the command runs (each regex must match the file).
 EXTERNAL: dict[str, list[tuple[str, str]]] = {
@@ -103,6 +104,20 @@ EXTERNAL: dict[str, list[tuple[str, str]]] = {
     "bazel build --config=remote --remote_executor=grpc://127.0.0.1:8980 //tests/remote:tiny_aarch64": [
         (REMOTE_CONFTEST, r'\["--config=remote", f"--remote_executor=\{self\.worker\.url\}"'),
         (REMOTE_HELPERS, r'"//tests/remote:tiny_aarch64"')],
+    # docs/targets.md: MobileNetV2 on a photo for aarch64 and wasm32 (tests/targets/test_images.py
+    # builds it for every target and runs it on seven photos)
+    "cuvil build --config mobilenet_v2.yaml --output dist/mobilenet_v2_arm --target aarch64-linux-gnu": [
+        (IMAGES, r'"init", "--template", "pytorch-mobilenetv2", str\(config\)'),
+        (IMAGES, r'"build", "--config", str\(config\), "--output", str\(exe\), "--target", target'),
+        (IMAGES, r'TARGETS = \[.*"aarch64-linux-gnu"')],
+    "cuvil run dist/mobilenet_v2_arm --input cat.jpg --output cat_arm.json": [
+        (IMAGES, r'"run", str\(exe\), "--input", str\(photos\[0\]\), "--output"'),
+        (IMAGES, r'"cat\.jpg": \("cat\.jpg", None, None\)')],
+    "cuvil build --config mobilenet_v2.yaml --output dist/mobilenet_v2.wasm --target wasm32-wasi": [
+        (IMAGES, r'"build", "--config", str\(config\), "--output", str\(exe\), "--target", target'),
+        (IMAGES, r'TARGETS = \[.*"wasm32-wasi"')],
+    "cuvil run dist/mobilenet_v2.wasm --input cat.jpg --output cat_wasm.json": [
+        (IMAGES, r'"run", str\(exe\), "--input", str\(photos\[0\]\), "--output"')],
     # the plugin examples and the dynamic BERT executable build minutes-long models
     "cuvil build --config examples/plugins/detector.yaml --output dist/detector": [
         ("tests/plugins/test_plugins.py", r'build\(load_config\(EXAMPLE / "detector\.yaml", target=target\)')],

@@ -19,7 +19,8 @@ tables main reads), then links (the runtime's objects are compiled once per proc
 compiler, flag set and content of the runtime sources, and reused):
 
     exe     runtime + main + model; libjpeg, libpng and zlib linked statically when an
-            input has image pre-processing; otherwise only -lm -lpthread
+            input has image pre-processing (every target: Debian's x86_64 and arm64
+            archives, wasm32 ones built by cuvil.wasm_codecs); otherwise only -lm -lpthread
     shared  lib<prefix>.so exporting the prefixed API and the runtime's public calls
     static  an archive of the runtime, the API glue and the model objects
 
@@ -40,6 +41,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import wasm_codecs
 from .backend.header import check_manifest, render_header
 from .backend.llvm.target import Target
 from .errors import CuvilError, LinkError
@@ -49,6 +51,7 @@ from .runtime import CORE_SOURCES, EXE_SOURCES, RUNTIME_DIR, abi
 KINDS = ("exe", "shared", "static")
 CODEC_ARCHIVES = ("libjpeg.a", "libpng16.a", "libz.a")  # in link order
 CODEC_PACKAGES = "libjpeg62-turbo-dev libpng-dev zlib1g-dev"
+WASM32_CODECS = "libjpeg-turbo, libpng and zlib built for wasm32-wasi (make setup: python -m cuvil.wasm_codecs)"
 
 
 def runtime_hash() -> str:
@@ -122,7 +125,7 @@ def toolchain_for(target: Target | str, cc: str | None = None) -> Toolchain:
         cmd = shlex.split(cc or os.environ.get("CUVIL_CC_WASM32") or f"{clang} --target=wasm32-wasi")
         ar = "llvm-ar" if shutil.which("llvm-ar") else "llvm-ar-14"
         return Toolchain(triple, tuple(cmd), (), ("-Wl,-z,stack-size=1048576",), ("-lm",), (ar,),
-                         ("exe", "static"), "clang lld wasi-libc libclang-rt-14-dev-wasm32")
+                         ("exe", "static"), "clang lld wasi-libc libclang-rt-14-dev-wasm32", WASM32_CODECS)
     raise LinkError(f"no C toolchain for the target {triple!r} (supported: x86_64, aarch64, wasm32)")
 
 
@@ -130,10 +133,28 @@ def check_image_support(tool: Toolchain) -> list[str]:
     """The static codec archives image inputs link for this target, or a clear error."""
     if not tool.codec_packages:
         raise LinkError(f"image pre-processing (JPEG/PNG decoding) is not available for {tool.triple}: give the "
-                        "executable .npy inputs (an `overrides` entry can drop `preprocess` for this target) or "
-                        "decode with a pre-processing plugin (see examples/plugins/ppm_image.c)")
+                        "executable .npy inputs or decode with a pre-processing plugin "
+                        "(see examples/plugins/ppm_image.c)")
     tool.check_installed()
+    if tool.arch == "wasm32":
+        lib = wasm_codecs.codec_dir() / "lib"
+        missing = [a for a in CODEC_ARCHIVES if not (lib / a).is_file()]
+        if missing:
+            raise LinkError(f"{', '.join(missing)} for wasm32-wasi not found in {lib}: image inputs link libjpeg, "
+                            "libpng and zlib statically; build them with `python -m cuvil.wasm_codecs` (make setup "
+                            "does; $CUVIL_WASM32_CODECS names another directory)")
+        return [str(lib / a) for a in CODEC_ARCHIVES]
     return _static_archives(list(tool.cc), tool)
+
+
+def image_flags(tool: Toolchain) -> tuple[list[str], list[str]]:
+    """Extra (compiler flags, runtime sources) of an executable that decodes images: on
+    wasm32 the codecs' headers, clang's setjmp/longjmp lowering and its helpers (see
+    cuvil.wasm_codecs)."""
+    if tool.arch != "wasm32":
+        return [], []
+    include = wasm_codecs.codec_dir() / "include"
+    return [*wasm_codecs.SJLJ_FLAGS, "-I", str(include), "-I", str(wasm_codecs.SETJMP_DIR)], ["cuvil_wasm_sjlj.c"]
 
 
 def _static_archives(cc: list[str], tool: Toolchain | None = None) -> list[str]:
@@ -144,10 +165,8 @@ def _static_archives(cc: list[str], tool: Toolchain | None = None) -> list[str]:
             if tool is not None and tool.arch != "x86_64":
                 raise LinkError(f"{name} for {tool.triple} not found by {shlex.join(cc)}: image inputs link "
                                 f"libjpeg, libpng and zlib statically, and these are not installed for this target "
-                                f"(Debian: dpkg --add-architecture arm64; apt-get install {tool.codec_packages}). "
-                                "Otherwise give the executable .npy inputs (an `overrides` entry can drop "
-                                "`preprocess` for this target) or decode with a pre-processing plugin "
-                                "(see examples/plugins/ppm_image.c)")
+                                f"(make setup installs them; Debian: dpkg --add-architecture arm64; apt-get install "
+                                f"{tool.codec_packages})")
             raise LinkError(f"{name} not found by {shlex.join(cc)}: image inputs link libjpeg, libpng and zlib "
                             f"statically; install {CODEC_PACKAGES} (make setup)")
         found.append(path)
@@ -276,9 +295,11 @@ def _compile_members(kind: str, manifest: dict, tool: Toolchain, work: Path, hea
         base.append("-fvisibility=hidden")
     if kind == "exe" and not images:
         base.append("-DCUVIL_NO_CODECS")
+    extra_flags, extra_sources = image_flags(tool) if kind == "exe" and images else ([], [])
+    base += extra_flags
     flags = [*base, f"-ffile-prefix-map={work}=.", f"-ffile-prefix-map={header.parent}=.",
              "-I", str(header.parent), "-I", str(RUNTIME_DIR)]
-    sources = [RUNTIME_DIR / s for s in CORE_SOURCES + (EXE_SOURCES if kind == "exe" else ())]
+    sources = [RUNTIME_DIR / s for s in CORE_SOURCES + (EXE_SOURCES if kind == "exe" else ()) + tuple(extra_sources)]
     runtime = runtime_hash()
     compiled = []
     for src in sources:

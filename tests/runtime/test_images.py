@@ -67,7 +67,7 @@ def _resize_crop(rgb: np.ndarray, resize, out_h: int, out_w: int) -> np.ndarray:
         rh, rw = h, w
     top, left = round((rh - out_h) / 2), round((rw - out_w) / 2)  # Python rounds half to even, as torchvision
     return np.einsum("yh,hwc,xw->yxc", _weights(h, rh, top, out_h), rgb.astype(np.float64),
-                     _weights(w, rw, left, out_w))
+                     _weights(w, rw, left, out_w), optimize=True)
 
 
 def reference(rgb: np.ndarray, shape, pre) -> np.ndarray:

@@ -23,7 +23,7 @@
 #include "cuvil_app.h"
 
 #ifndef CUVIL_NO_CODECS
-#include <setjmp.h> /* libjpeg's error exit; WASI has no setjmp */
+#include <setjmp.h> /* the codecs' error exits; on wasm32, runtime/wasm32/setjmp.h */
 #include <jpeglib.h>
 #include <png.h>
 #endif
@@ -204,17 +204,17 @@ static cuvil_status decode_png(const uint8_t *data, size_t size, rgb_image *img)
     return CUVIL_OK;
 }
 
-#else /* CUVIL_NO_CODECS: an executable without image inputs */
+#else /* CUVIL_NO_CODECS: an executable without image inputs, or a Bazel wasm32 one */
 
 static cuvil_status decode_jpeg(const uint8_t *data, size_t size, rgb_image *img) {
     (void)data, (void)size, (void)img;
-    return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "this executable was linked without JPEG support (cross targets link no "
-                      "image codecs: give a .npy file, or pre-process with a plugin)");
+    return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "this executable was linked without the JPEG decoder: give a .npy "
+                      "file");
 }
 static cuvil_status decode_png(const uint8_t *data, size_t size, rgb_image *img) {
     (void)data, (void)size, (void)img;
-    return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "this executable was linked without PNG support (cross targets link no "
-                      "image codecs: give a .npy file, or pre-process with a plugin)");
+    return cuvil_fail(CUVIL_ERR_UNSUPPORTED, "this executable was linked without the PNG decoder: give a .npy "
+                      "file");
 }
 
 #endif
