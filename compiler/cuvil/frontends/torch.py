@@ -8,6 +8,7 @@ Every node's lowered type is checked against the shape and dtype torch recorded 
 """
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import re
@@ -43,11 +44,27 @@ def source_of(node) -> tuple[str, str]:
 
 
 def _shown_path(path: str) -> str:
-    """`path` relative to the working directory when it is under it: inside a Bazel
-    action that is the workspace-relative path, not the sandbox's absolute one."""
-    cwd = os.getcwd()
-    if os.path.isabs(path) and path.startswith(cwd + os.sep):
+    """`path` relative to the working directory when it is under it, or when the same
+    file is there under a tail of `path`: inside a Bazel action that is the
+    workspace-relative path (`errs/unsup.py`), not the sandbox's absolute one nor the
+    source tree's that its symlinks lead to."""
+    return _relative_to_cwd(path, os.getcwd())
+
+
+@functools.lru_cache(maxsize=256)
+def _relative_to_cwd(path: str, cwd: str) -> str:
+    if not os.path.isabs(path):
+        return path
+    if path.startswith(cwd + os.sep):
         return os.path.relpath(path, cwd)
+    parts = path.split(os.sep)
+    for i in range(1, len(parts)):
+        tail = os.path.join(*parts[i:])
+        try:
+            if os.path.samefile(os.path.join(cwd, tail), path):
+                return tail
+        except OSError:
+            continue
     return path
 
 
