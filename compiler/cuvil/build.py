@@ -22,14 +22,15 @@ from .backend.llvm.target import Target
 from .cache import CACHE_FORMAT, Cache, cache_key, compiler_hash, sha256_file, tree_hash
 from .capture_stage import cached_capture
 from .config import Config
-from .errors import CuvilError
+from .errors import CuvilError, short
 from .fsutil import atomic_copy, atomic_write, read_regular
 from .native import check_image_support, link_artifact, runtime_hash, toolchain_for
 from .options import CALIBRATED, CalibrationFiles, CompileOptions, TargetSpec
 from .quant_config import calibration_inputs, quantization_from_config
 from .runtime import abi
 
-MAX_LABELS = 16 << 20  # a labels file (one class name a line) of at most 16 MiB
+MAX_LABELS = 16 << 20    # a labels file (one class name a line) of at most 16 MiB
+MAX_MANIFEST = 64 << 20  # a compile stage's manifest of at most 64 MiB
 
 
 # -- compile ------------------------------------------------------------------------------------
@@ -210,7 +211,10 @@ def _manifest_of(compiled: Path) -> dict:
     manifests = sorted(compiled.glob("*.json"))
     if len(manifests) != 1:
         raise CuvilError(f"{compiled}: expected one manifest (*.json) from the compile stage, found {len(manifests)}")
-    return json.loads(manifests[0].read_text())
+    try:
+        return json.loads(read_regular(manifests[0], MAX_MANIFEST, "manifest"))
+    except (ValueError, RecursionError) as e:
+        raise CuvilError(f"{manifests[0]}: not a JSON manifest: {short(str(e), 100)}") from None
 
 
 def artifact_name(manifest: dict, kind: str) -> str:
@@ -290,7 +294,7 @@ def build(cfg: Config, output: Path, *, kind: str | None = None, cache_dir: Path
                 raise cfg.error(["inputs", images[0], "preprocess"], str(e)) from None
     cvir = cached_capture(cfg, cache)
     compiled = cached_compile(cvir, opts, cache)
-    manifest = json.loads(next(compiled.glob("*.json")).read_text())
+    manifest = _manifest_of(compiled)
     q = manifest.get("quantization") or {}
     prec = manifest.get("precision") or {}
     if prec.get("compute") == "bf16":

@@ -298,6 +298,14 @@ def test_inspect_of_a_fifo_does_not_block(capsys, tmp_path, name):
     assert_one_line(rc, err, r"is not a regular file")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_link_of_a_fifo_manifest_does_not_block(capsys, tmp_path):
+    (tmp_path / "compiled").mkdir()
+    os.mkfifo(tmp_path / "compiled" / "net.json")
+    rc, err = run_cli(capsys, "link", tmp_path / "compiled", "--output", tmp_path / "net")
+    assert_one_line(rc, err, r"net.json: the manifest is not a regular file")
+
+
 def test_python_api_reads_no_device(tmp_path):
     from cuvil.errors import ParseError
     if not SPECIAL:
