@@ -189,6 +189,7 @@ class CompiledModel:
         self.ir = ir_module
         self.symbols = [name for name, _, _ in gen.symbols]
         self.bounds = {name: (lo, hi) for name, lo, hi in gen.symbols}
+        self.produced = _produced(gen)
         if self.symbols:
             self._set_input_shape = getattr(lib, f"{p}_set_input_shape")
             self._set_input_shape.restype = ctypes.c_int
@@ -311,12 +312,23 @@ class CompiledModel:
                     a = a.astype(t.np_dtype)
                 else:
                     raise CuvilError(f"input {name!r}: expected dtype {t.dtype}, got {a.dtype}")
-            ins.append(np.ascontiguousarray(a))
+            ins.append(a if a.flags.c_contiguous else a.copy(order="C"))  # 0-d stays 0-d
         return ins, env
+
+    def _buffers(self, env) -> list[np.ndarray]:
+        """Output buffers for this call: data-dependent sizes at their upper bounds."""
+        env = {**env, **{s: self.bounds[s][1] for s in self.produced}}
+        return [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
+
+    @staticmethod
+    def _cut(buf: np.ndarray, shape) -> np.ndarray:
+        """The run's result at its produced size: the leading elements of the buffer."""
+        shape = tuple(int(d) for d in shape)
+        return buf if buf.shape == shape else buf.reshape(-1)[:int(np.prod(shape))].reshape(shape).copy()
 
     def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
         ins, env = self._bind(arrays)
-        outs = [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
+        outs = self._buffers(env)
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
         ctx = self._acquire()
@@ -324,6 +336,9 @@ class CompiledModel:
             if self.symbols:
                 self._set_shapes(ctx, ins, outs)
             self._invoke(in_ptrs, out_ptrs, ctx)
+            if self.produced:
+                outs = [self._cut(o, self._ctx_tensor(ctx, 1, i).contents.shape[:o.ndim])
+                        for i, o in enumerate(outs)]
         finally:
             self._release(ctx)
         return tuple(outs)
@@ -344,6 +359,7 @@ class _JitModel(CompiledModel):
         self.arena_size, self.kernel_count, self.ir = gen.arena_size, gen.kernels, ir_module
         self.symbols = [name for name, _, _ in gen.symbols]
         self.bounds = {name: (lo, hi) for name, lo, hi in gen.symbols}
+        self.produced = _produced(gen)
         self.threads = 1
         self._arena = _aligned_empty(max(self.arena_size, 64))
         self._forward = engine.forward
@@ -356,11 +372,15 @@ class _JitModel(CompiledModel):
     def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
         """One call at a time (the JIT'd code has one arena): concurrent calls wait."""
         ins, env = self._bind(arrays)
-        outs = [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
+        outs = self._buffers(env)
+        env.update({s: self.bounds[s][1] for s in self.produced})
         in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
         out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
         dims = (ctypes.c_int64 * len(self.symbols))(*[env[s] for s in self.symbols]) if self.symbols else None
         self._invoke(in_ptrs, out_ptrs, dims)
+        if self.produced:  # the sizes the run stored into dims
+            env = dict(zip(self.symbols, dims))
+            outs = [self._cut(o, t.at(env).shape) for o, (_, t) in zip(outs, self.outputs)]
         return tuple(outs)
 
     def _invoke(self, in_ptrs, out_ptrs, dims=None) -> None:
@@ -372,6 +392,12 @@ class _JitModel(CompiledModel):
 
     def __del__(self):
         pass
+
+
+def _produced(gen) -> list[str]:
+    """The symbols no input's shape gives: sizes the run produces (ir/ops/dynamic.py)."""
+    given = set().union(set(), *(t.symbols for _, t in gen.inputs))
+    return [name for name, _, _ in gen.symbols if name not in given]
 
 
 def _aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:

@@ -44,8 +44,8 @@ def _check_dims(manifest) -> None:
     for i, d in enumerate(dims):
         ok = isinstance(d, dict) and isinstance(d.get("name"), str) and _IDENT.match(d["name"]) and \
             all(isinstance(d.get(k), int) and not isinstance(d.get(k), bool) for k in ("min", "max"))
-        if not ok or not 1 <= d["min"] <= d["max"] or d["name"] in seen:
-            raise _fail(f"dims[{i}]", f"must be {{name, min, max}} with 1 <= min <= max and a unique C "
+        if not ok or not 0 <= d["min"] <= d["max"] or d["name"] in seen:  # min 0: a data-dependent size
+            raise _fail(f"dims[{i}]", f"must be {{name, min, max}} with 0 <= min <= max and a unique C "
                         f"identifier name, got {d!r}")
         seen.add(d["name"])
 
@@ -246,7 +246,7 @@ def _model_description(manifest: dict) -> list[str]:
         "/* Defined by the model's object file: the code and its ABI signature (target",
         " * triple, Cuvil ABI and runtime version), which the runtime checks when a context",
         " * is created (weak: an object made without one links, unchecked). */",
-        (f"void {p}_forward(void **inputs, void **outputs, uint8_t *arena, const int64_t *dims);" if dyn else
+        (f"void {p}_forward(void **inputs, void **outputs, uint8_t *arena, int64_t *dims);" if dyn else
          f"void {p}_forward(void **inputs, void **outputs, uint8_t *arena);"),
         f"extern const char {p}_signature[] CUVIL_WEAK;",
         "",

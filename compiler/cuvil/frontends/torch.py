@@ -233,7 +233,8 @@ def handlers() -> dict:
     """ATen schema name -> handler, for every op the frontend lowers. The handler modules
     fill torch_ops.HANDLERS when imported: here, not at the top, so that importing this
     module stays cheap. (torch_hf's `index` replaces torch_composite's.)"""
-    from . import torch_composite, torch_control, torch_hf, torch_ops, torch_quant, torch_shape_ops  # noqa: F401
+    from . import (torch_composite, torch_control, torch_dynamic, torch_hf, torch_ops, torch_quant,  # noqa: F401
+                   torch_shape_ops)
     return torch_ops.HANDLERS
 
 
@@ -351,6 +352,9 @@ def _lower_node(low: Lowering, node) -> None:
 
     from .torch_quant import check_operands
     low.node = node
+    if type(node.meta.get("val")).__name__ in ("SymBool", "bool") and not isinstance(node.meta.get("val"), torch.Tensor):
+        low.env[node] = None  # a check on sizes (u0 >= 0) that torch.export asserts: nothing to run
+        return
     if not isinstance(node.meta.get("val"), (torch.Tensor, list, tuple, type(None))) and \
             type(node.meta.get("val")).__name__ in ("SymInt", "int"):
         # A size computation (sym_size, products of sizes): its value is the dim torch recorded.

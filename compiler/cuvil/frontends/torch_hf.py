@@ -84,6 +84,9 @@ def _index(low, a):
     cuvil.gather over those dims flattened, at flat index sum(i_k * stride_k)."""
     x, idx = a["self"], list(a["indices"])
     used = [i for i, t in enumerate(idx) if t is not None]
+    if len(used) == 1 and idx[used[0]].dtype == "bool":  # x[mask]: a data-dependent size
+        from .torch_dynamic import mask_select
+        return mask_select(low, x, idx[used[0]], used[0])
     if len(used) <= 1:
         return _index_one(low, a)
     if used != list(range(used[0], used[-1] + 1)):

@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import CuvilError
 from . import symdim
 from .core import Function, Module, Op
+from .ops.dynamic import produced_symbols
 
 
 # Attributes the memory planner adds; they do not change what an op computes.
@@ -25,6 +26,9 @@ def evaluate_op(op: Op, args: list[np.ndarray], dims: dict[str, int] | None = No
         if key in attrs and any(isinstance(d, str) for d in attrs[key]):
             attrs[key] = symdim.substitute(attrs[key], dims or {})
     outs = type(op).reference(args, attrs)
+    for size in produced_symbols(op):  # a data-dependent size: bound by what the op found
+        if dims is not None:
+            dims[size] = int(np.shape(outs[0])[0])
     return [np.asarray(o, dtype=r.type.np_dtype).reshape(symdim.substitute(r.type.shape, dims or {}))
             for o, r in zip(outs, op.results)]
 

@@ -180,6 +180,23 @@ static void update_current(cuvil_ctx *ctx) {
     }
 }
 
+/* A dim no input's shape gives is produced by the run (a data-dependent size, such as
+ * nonzero's count): the generated code stores its value into the run's symbol values. */
+static int is_produced(const cuvil_model_desc *m, int s) {
+    int i, n = total_rank(m->inputs, m->n_inputs);
+    for (i = 0; i < n; i++)
+        if (m->input_dim_symbols[i] == s) return 0;
+    return 1;
+}
+
+/* Produced dims back at their upper bounds: the output descriptors then size buffers
+ * that hold any run's result (after a run they give the sizes it produced). */
+static void reset_produced(cuvil_ctx *ctx) {
+    int s;
+    for (s = 0; s < ctx->model->n_dims; s++)
+        if (is_produced(ctx->model, s)) ctx->values[s] = ctx->model->dims[s].max;
+}
+
 static cuvil_status init_dims(cuvil_ctx *ctx) {
     const cuvil_model_desc *m = ctx->model;
     int i, n = m->n_inputs + m->n_outputs;
@@ -251,6 +268,7 @@ cuvil_status cuvil_ctx_set_input_shape(cuvil_ctx *ctx, int i, const int64_t *dim
         ctx->given[off + k] = dims[k];
         if (syms[k] >= 0) ctx->values[syms[k]] = dims[k];
     }
+    reset_produced(ctx);
     update_current(ctx);
     return CUVIL_OK;
 }
@@ -344,7 +362,7 @@ static cuvil_status check_tensors(const cuvil_model_desc *model, const void *con
 /* The generated code reads inputs only; its signature predates const. A model with
  * symbolic dims gets their values (`values`; NULL: the upper bounds). */
 static void call_forward(const cuvil_model_desc *model, const void *const *inputs, void *const *outputs,
-                         uint8_t *arena, const int64_t *values) {
+                         uint8_t *arena, int64_t *values) {
     if (model->n_dims > 0) {
         int64_t max[CUVIL_MAX_DIMS];
         int i;
@@ -366,7 +384,9 @@ cuvil_status cuvil_ctx_run(cuvil_ctx *ctx, const void *const *inputs, void *cons
                           "thread", ctx->model->prefix);
     saved = cuvil_get_num_threads();
     cuvil_set_num_threads(ctx->threads);
+    if (ctx->model->n_dims > 0) reset_produced(ctx);
     call_forward(ctx->model, inputs, outputs, ctx->arena, ctx->values);
+    if (ctx->model->n_dims > 0) update_current(ctx); /* the sizes the run produced, if any */
     cuvil_set_num_threads(saved);
     __atomic_store_n(&ctx->running, 0, __ATOMIC_RELEASE);
     return CUVIL_OK;

@@ -104,8 +104,9 @@ typedef struct cuvil_tensor_desc {
 /* The generated forward function: pointers to the tensors in manifest order and
  * the arena (`arena_size` bytes, 64-byte aligned, private to this run). */
 typedef void (*cuvil_forward_fn)(void **inputs, void **outputs, uint8_t *arena);
-/* The forward function of a model with symbolic dims: `dims` holds their values. */
-typedef void (*cuvil_forward_dims_fn)(void **inputs, void **outputs, uint8_t *arena, const int64_t *dims);
+/* The forward function of a model with symbolic dims: `dims` holds their values; the
+ * run stores the dims it produces (data-dependent sizes) into it. */
+typedef void (*cuvil_forward_dims_fn)(void **inputs, void **outputs, uint8_t *arena, int64_t *dims);
 /* Every input's, then every output's dims (concatenated) for the given symbol values. */
 typedef void (*cuvil_shapes_fn)(const int64_t *dims, int64_t *shapes);
 

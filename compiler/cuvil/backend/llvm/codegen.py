@@ -20,6 +20,7 @@ from ...errors import BackendError
 from ...ir import Module, Value
 from ...ir import symdim
 from ...ir.ops import ELEMENTWISE
+from ...ir.ops.dynamic import produced_symbols
 from ...ir.printer import format_attrs
 from ...ir.types import TensorType
 from .emit import I64, MEM_TYPES, PTR, emit_memcpy, i64
@@ -459,8 +460,9 @@ def op_is_symbolic(op) -> bool:
 
 def symbol_order(module: Module, bounds: dict) -> dict[str, int]:
     """The symbolic dims in the order of their first appearance in the inputs' shapes
-    (the order of forward's `dims`). Every input dim must be an int or a plain symbol with
-    bounds, and every symbol of the module must appear in an input."""
+    (the order of forward's `dims`), then the dims that ops produce (data-dependent sizes,
+    which their kernels store into `dims`). Every input dim must be an int or a plain
+    symbol with bounds, and every other symbol of the module must be produced."""
     fn = module.main
     order: dict[str, int] = {}
     for a, name in zip(fn.args, fn.input_names):
@@ -473,6 +475,12 @@ def symbol_order(module: Module, bounds: dict) -> dict[str, int]:
                     raise BackendError(f"input {name!r}: the symbolic dim {d!r} has no bounds "
                                        "(give it [min, max])")
                 order.setdefault(d, len(order))
+    for region in module.all_functions():  # data-dependent sizes (ir/ops/dynamic.py) follow
+        for op in region.body.ops:
+            for name in produced_symbols(op):
+                if name not in bounds:
+                    raise BackendError(f"{op.name}: its produced dim {name!r} has no bounds")
+                order.setdefault(name, len(order))
     for op in fn.body.ops:
         for v in op.results:
             missing = v.type.symbols - set(order)

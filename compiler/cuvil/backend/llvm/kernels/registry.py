@@ -6,6 +6,7 @@ from __future__ import annotations
 from .attention import k_attention
 from .conv import k_conv2d
 from .data import k_broadcast_to, k_concat, k_copy, k_dim, k_gather, k_pad, k_resize, k_slice, k_transpose
+from .dynamic import k_nonzero
 from .elementwise import k_fused
 from .matmul import k_matmul
 from .pooling import k_adaptive_avg_pool2d, k_avg_pool2d, k_max_pool2d
@@ -31,6 +32,7 @@ EMITTERS = {
     "cuvil.reduce_max": reduce_kernel("max"),
     "cuvil.reduce_min": reduce_kernel("min"),
     "cuvil.argmax": arg_reduce_kernel("max"),
+    "cuvil.nonzero": k_nonzero,
     "cuvil.argmin": arg_reduce_kernel("min"),
     "cuvil.reshape": k_copy,
     "cuvil.transpose": k_transpose,

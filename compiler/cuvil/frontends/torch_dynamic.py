@@ -1,0 +1,84 @@
+"""PyTorch ops whose output size depends on the data -> cuvil.nonzero (ir/ops/dynamic.py).
+
+torch.export gives such a size an unbacked symbol (u0) bounded by the tensor's element
+count; here it becomes a produced dim (`nonzero`, `nonzero.1`, ... in the IR, with
+bounds [0, count]) that later ops' shapes use. `x[mask]` and `masked_select` are the
+nonzero positions' flat indices gathered from x.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import UnsupportedOpError
+from ..ir import Value
+from ..ir.types import broadcast_shapes
+from .torch_ops import handles
+
+
+def produced_dim(low, kind: str, bound: int) -> str:
+    """A fresh produced symbol for this node's data-dependent size, mapped from torch's
+    unbacked symbol in the node's meta value."""
+    bounds = low.fn.attrs.setdefault("dim_bounds", {})
+    taken = set(bounds) | set(low.symbols.values())
+    name, n = kind, 0
+    while name in taken:
+        n += 1
+        name = f"{kind}{n}"
+    bounds[name] = [0, int(bound)]
+    val = low.meta()
+    for t in (val if isinstance(val, (list, tuple)) else [val]):
+        for d in getattr(t, "shape", ()):
+            text = str(getattr(getattr(d, "node", None), "expr", ""))
+            if text.startswith("u") and text[1:].isdigit() and text not in low.symbols:
+                low.symbols[text] = name  # torch's unbacked symbol for this size
+                return name
+    return name
+
+
+def _static_count(t) -> int:
+    if not t.is_static:
+        raise UnsupportedOpError(f"a data-dependent size of a tensor with symbolic dims ({t}) is not supported")
+    return math.prod(t.shape) if t.rank else 1
+
+
+def nonzero(low, x: Value) -> Value:
+    x = low.cast(x, "bool")
+    return low.op("cuvil.nonzero", x, size=produced_dim(low, "nonzero", _static_count(x.type)))
+
+
+@handles("nonzero", "argwhere")
+def _nonzero(low, a):
+    return nonzero(low, a["self"])
+
+
+def mask_select(low, x: Value, mask: Value, first: int = 0) -> Value:
+    """x[..., mask, ...] with a bool mask over dims first .. first + mask.rank of x:
+    [*x.shape[:first], count, *x.shape[first + mask.rank:]]."""
+    r = mask.type.rank
+    if tuple(x.shape[first:first + r]) != tuple(mask.shape):
+        raise UnsupportedOpError(f"a boolean mask of shape {list(mask.shape)} for dims {first}.. of {list(x.shape)}")
+    idx = nonzero(low, mask)  # [count, r]
+    strides = [math.prod(mask.shape[k + 1:]) for k in range(r)]
+    if r == 0:
+        flat = low.op("cuvil.reduce_sum", idx, axes=[1], keepdims=False)
+    elif r == 1:
+        flat = low.reshape(idx, [idx.shape[0]])
+    else:
+        weighted = low.op("cuvil.mul", idx, low.const(np.asarray(strides, np.int64)))
+        flat = low.op("cuvil.reduce_sum", weighted, axes=[1], keepdims=False)
+    merged = low.reshape(x, [*x.shape[:first], math.prod(mask.shape), *x.shape[first + r:]])
+    return low.op("cuvil.gather", merged, flat, axis=first)
+
+
+@handles("masked_select")
+def _masked_select(low, a):
+    x, mask = a["self"], a["mask"]
+    shape = list(broadcast_shapes(x.shape, mask.shape))
+    if list(x.shape) != shape:
+        x = low.op("cuvil.broadcast_to", low.reshape(x, [1] * (len(shape) - x.type.rank) + list(x.shape)), shape=shape)
+    if list(mask.shape) != shape:
+        mask = low.op("cuvil.broadcast_to", low.reshape(mask, [1] * (len(shape) - mask.type.rank) + list(mask.shape)),
+                      shape=shape)
+    return mask_select(low, x, mask)

@@ -1,0 +1,139 @@
+"""Outputs whose size depends on the data (nonzero, x[mask], masked_select): computed at
+their upper bound plus the actual size, which the interpreter, `cuvil.compile`'s arrays
+and the executables' outputs report. Compared exactly with torch (indices and selected
+values are copies)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import cuvil
+import cuvil.ir as cir
+from cuvil.frontends.torch import capture_torch
+from tests.ops.checks import Fn, seeded
+from tests.targets.helpers import ALL, run
+
+
+def check_cases(fn, cases):
+    """Compile once at the first case; every case through torch, the interpreter and the
+    native code, exactly (shapes included)."""
+    model = Fn(fn).eval()
+    module = capture_torch(model, cases[0])
+    text = cir.print_module(module)
+    assert cir.print_module(cir.parse_module(text, module.weights())) == text
+    compiled = cuvil.compile(model, cases[0])
+    for inputs in cases:
+        with torch.no_grad():
+            want = model(*inputs)
+        want = [want] if isinstance(want, torch.Tensor) else list(want)
+        arrays = [x.numpy() for x in inputs]
+        for label, got in (("interpreter", cir.run(module, arrays)), ("native", compiled(*arrays))):
+            got = [got] if isinstance(got, np.ndarray) else list(got)
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert np.shape(g) == tuple(w.shape), (label, np.shape(g), tuple(w.shape))
+                np.testing.assert_array_equal(np.asarray(g), w.numpy(), err_msg=label)
+    return module
+
+
+def spread(seed, *shape, shift=0.0):
+    return seeded(seed, *shape) + shift
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (9,), (3, 4), (2, 3, 5), (2, 1, 3, 2)], ids=str)
+def test_nonzero_every_rank_from_none_to_all(shape):
+    cases = [(spread(1, *shape),), (spread(2, *shape, shift=-10.0),), (spread(3, *shape, shift=10.0),),
+             (spread(4, *shape, shift=0.5),)]
+    module = check_cases(lambda x: torch.nonzero(x > 0), cases)
+    bounds = module.main.attrs["dim_bounds"]
+    assert list(bounds.values()) == [[0, int(np.prod(shape))]]
+
+
+def test_nonzero_of_integers_and_argwhere():
+    x = torch.tensor([[0, 3, 0, -1], [7, 0, 0, 0], [0, 0, 0, 2]])
+    check_cases(lambda x: (torch.nonzero(x), torch.argwhere(x * 0 + 1)), [(x,), (x * 0,), (x + 100,)])
+
+
+def test_boolean_mask_selects_elements_and_rows():
+    def fn(x, y):
+        return x[x > 0] * 2, y[y.sum(1) > 0], y[:, y[0] > 0]
+    cases = [(spread(k, 3, 4), spread(k + 10, 5, 3)) for k in range(4)]
+    cases.append((spread(20, 3, 4, shift=-9.0), spread(21, 5, 3, shift=-9.0)))
+    check_cases(fn, cases)
+
+
+def test_masked_select_broadcasts():
+    check_cases(lambda x, m: torch.masked_select(x, m > 0), [(spread(k, 2, 3, 4), spread(k + 5, 3, 1)) for k in range(3)])
+
+
+def test_ops_after_a_data_dependent_size():
+    """Later kernels see the size the run produced: a sum, a softmax and a gather over
+    the selected elements."""
+    def fn(x, w):
+        sel = x[x > 0.2]
+        return sel.sum(), torch.softmax(sel, 0), w[torch.nonzero(x[0] > 0)[:, 0]]
+    cases = [(spread(k, 4, 6), spread(k + 9, 6, 3)) for k in range(4)]
+    cases.append((spread(30, 4, 6, shift=-8.0), spread(31, 6, 3)))
+    for inputs in cases:  # sums compare at float32 rounding, the rest exactly
+        inputs[0][0, 0] = 1.0
+    model = Fn(fn).eval()
+    compiled = cuvil.compile(model, cases[0])
+    for inputs in cases:
+        want = model(*inputs)
+        got = compiled(*[x.numpy() for x in inputs])
+        for g, w in zip(got, want):
+            assert np.shape(g) == tuple(w.shape)
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-6, atol=1e-6)
+
+
+NZ_PY = '''\
+import torch
+
+
+class Pick(torch.nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x > 0.5)
+
+
+def cuvil_entry():
+    return Pick().eval(), (torch.zeros(4, 5),)
+'''
+NZ_YAML = '''\
+model:
+  framework: pytorch
+  name: pick
+  source: model.py
+  entry: cuvil_entry
+inputs:
+  - {name: x, shape: [4, 5], dtype: f32}
+outputs:
+  - name: idx
+'''
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_nonzero_executable_writes_the_produced_size(target, tmp_path):
+    from cuvil.build import build
+    from cuvil.config import load_config
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "model.py").write_text(NZ_PY)
+    (tmp_path / "p" / "config.yaml").write_text(NZ_YAML)
+    cfg = load_config(tmp_path / "p" / "config.yaml", target=None if target == "host" else target)
+    exe = build(cfg, tmp_path / ("pick.wasm" if target == "wasm32-wasi" else "pick"), cache_dir=tmp_path / "c",
+                log=lambda s: None)
+    rng = np.random.default_rng(0)
+    for k, shift in enumerate((0.0, -5.0, 5.0)):
+        x = (rng.standard_normal((4, 5)) + shift).astype(np.float32)
+        np.save(tmp_path / f"x{k}.npy", x)
+        run(exe, "--input", tmp_path / f"x{k}.npy", "--output", tmp_path / f"y{k}.npy")
+        run(exe, "--input", tmp_path / f"x{k}.npy", "--output", tmp_path / f"y{k}.json")
+        want = np.argwhere(x > 0.5)
+        got = np.load(tmp_path / f"y{k}.npy")
+        assert got.dtype == np.int64 and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        out = json.loads((tmp_path / f"y{k}.json").read_text())["outputs"][0]
+        assert out["shape"] == list(want.shape)
+        np.testing.assert_array_equal(np.asarray(out["data"], np.int64).reshape(want.shape), want)
