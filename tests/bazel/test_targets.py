@@ -1,5 +1,6 @@
 """Cross builds: the executables and libraries Bazel makes for aarch64 Linux and
-wasm32-wasi run (under qemu-aarch64 and node's WASI) and agree with the host's;
+wasm32-wasi run (under qemu-aarch64 and node's WASI) and agree with the host's (the
+aarch64 ones on .npy inputs and on examples/cat.jpg);
 the C++ app over two models agrees with the models' own executables."""
 from __future__ import annotations
 
@@ -72,6 +73,15 @@ def test_aarch64_executable_matches_host(bazel, tmp_path, model, image):
     assert_logits_close(host_out, a64_out, f"{model}: aarch64 (qemu) vs host")
     if image == "cat":
         assert int(host_out.argmax()) in (281, 282, 285), "tabby, tiger cat or Egyptian cat"
+    # The photo itself, decoded and pre-processed by the executables (aarch64: Debian's
+    # arm64 libjpeg-turbo, linked statically as the host's).
+    photo = REPO / "examples" / "cat.jpg"
+    run([host, "--input", photo, "--output", tmp_path / "host_photo.npy"])
+    run([*QEMU, a64, "--input", photo, "--output", tmp_path / "aarch64_photo.npy"])
+    host_photo = np.load(tmp_path / "host_photo.npy")
+    assert_logits_close(host_photo, np.load(tmp_path / "aarch64_photo.npy"), f"{model}: cat.jpg, aarch64 vs host")
+    if image == "cat":
+        assert int(host_photo.argmax()) in (281, 282, 285), "tabby, tiger cat or Egyptian cat"
 
 
 def test_wasm32_program_matches_host(bazel):
