@@ -58,12 +58,14 @@ def test_mobilenet_int8_sym_build_from_the_config(tmp_path):
 
 
 def test_calibration_photos_keep_the_preprocess_a_target_override_drops(tmp_path):
-    """aarch64 has no image codecs (its override removes the input's preprocess), but
-    calibration photos still need decoding: the compile options keep the base config's
-    image preprocess for them, and the calibration inputs are the host's."""
+    """An override that removes the input's preprocess for aarch64 (.npy inputs there):
+    calibration photos still need decoding, so the compile options keep the base
+    config's image preprocess for them, and the calibration inputs are the host's."""
     from cuvil.build import compile_options
     from cuvil.quant_config import calibration_inputs
     _mobilenet_int8_config(tmp_path)
+    with open(tmp_path / "config.yaml", "a") as f:
+        f.write("overrides:\n  - when: {target: aarch64-linux-gnu}\n    inputs: [{name: image, preprocess: null}]\n")
     host = compile_options(load_config(tmp_path / "config.yaml"))
     arm = compile_options(load_config(tmp_path / "config.yaml", target="aarch64-linux-gnu"))
     assert host.calibration_preprocess is None and host.preprocess["image"]["kind"] == "image"
