@@ -400,7 +400,7 @@ def _layer_norm(low, a):
 
 # -- reductions and softmax -----------------------------------------------------------------
 def reduce_axes(dims, rank):
-    if dims is None or dims == []:
+    if dims is None or dims == [] or rank == 0:  # a 0-d tensor's dim 0 / -1 is the tensor itself
         return list(range(rank))
     dims = dims if isinstance(dims, (list, tuple)) else [dims]
     return sorted({norm_dim(d, rank) for d in dims})

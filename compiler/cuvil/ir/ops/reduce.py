@@ -1,4 +1,5 @@
-"""Reductions over a sorted list of axes, with or without kept dims."""
+"""Reductions over a sorted list of axes, with or without kept dims; arg-reductions and
+running sums / products (scans) along one axis."""
 from __future__ import annotations
 
 import numpy as np
@@ -50,6 +51,42 @@ class ReduceMax(Reduce):
 class ReduceMin(Reduce):
     name = "cuvil.reduce_min"
     np_fn = staticmethod(np.min)
+
+
+class ReduceProd(Reduce):
+    name = "cuvil.reduce_prod"
+    np_fn = staticmethod(np.prod)
+
+
+class Scan(Op):
+    """The running sum / product along one axis, first element first: x's type."""
+    num_operands = 1
+    np_fn = None
+
+    @classmethod
+    def infer_types(cls, types, attrs):
+        x = types[0]
+        if not 0 <= attrs["axis"] < max(x.rank, 1):
+            raise VerifyError(f"{cls.name}: axis {attrs['axis']} out of range for {x}")
+        return [x]
+
+    @classmethod
+    def reference(cls, args, attrs):
+        x = args[0]
+        if x.ndim == 0:
+            return [x.copy()]
+        src = x.astype(np.float64) if x.dtype.kind == "f" else x
+        return [cls.np_fn(src, axis=attrs["axis"]).astype(x.dtype)]
+
+
+class CumSum(Scan):
+    name = "cuvil.cumsum"
+    np_fn = staticmethod(np.cumsum)
+
+
+class CumProd(Scan):
+    name = "cuvil.cumprod"
+    np_fn = staticmethod(np.cumprod)
 
 
 class ArgReduce(Op):

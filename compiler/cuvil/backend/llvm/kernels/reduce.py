@@ -1,4 +1,5 @@
-"""Reductions (sum, mean, max, min) over any set of axes; argmax / argmin along one."""
+"""Reductions (sum, mean, max, min, prod) over any set of axes; argmax / argmin and running
+sums / products (cumsum, cumprod) along one."""
 from __future__ import annotations
 
 from math import prod
@@ -14,8 +15,8 @@ from ..loops import alloca_in_entry, for_range
 def int_reduce_init(dt: str, kind: str) -> ir.Constant:
     """The identity of an integer sum/max/min in the dtype's own range."""
     ty = REG_TYPES[dt]
-    if kind in ("sum", "mean"):
-        return ir.Constant(ty, 0)
+    if kind in ("sum", "mean", "prod"):
+        return ir.Constant(ty, 1 if kind == "prod" else 0)
     unsigned = dt in ("bool", "u8")
     lo, hi = (0, (1 << ty.width) - 1) if unsigned else (-(1 << (ty.width - 1)), (1 << (ty.width - 1)) - 1)
     return ir.Constant(ty, lo if kind == "max" else hi)
@@ -30,7 +31,7 @@ def reduce_kernel(kind):
         xs = contiguous_strides(xt.shape)
         count = prod(xt.shape[a] for a in axes)
         isf = dt in ("f32", "f16", "f64")
-        init = {"sum": 0.0, "mean": 0.0, "max": -np.inf, "min": np.inf}[kind]
+        init = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}[kind]
         init_v = fconst(dt, init) if isf else int_reduce_init(dt, kind)
         X, O = k.ins[0], k.out
         kept_shape = [xt.shape[i] for i in kept]
@@ -45,6 +46,8 @@ def reduce_kernel(kind):
                 a = b.load(acc)
                 if kind in ("sum", "mean"):
                     r = b.fadd(a, v, flags=REDUCE) if isf else b.add(a, v)
+                elif kind == "prod":
+                    r = b.fmul(a, v, flags=REDUCE) if isf else b.mul(a, v)
                 elif isf:  # a NaN, once met, stays (vectors.fmax would let a later number replace it)
                     r = b.select(b.or_(b.fcmp_ordered(">" if kind == "max" else "<", v, a),
                                        b.fcmp_unordered("uno", v, v)), v, a)
@@ -95,4 +98,34 @@ def arg_reduce_kernel(kind: str):
                 b.store(b.select(better, v, a), best)
                 b.store(b.select(better, j, b.load(where)), where)
             store(b, b.load(where), k.out, r, "i64")
+    return emit
+
+
+def scan_kernel(kind: str):
+    """cumsum / cumprod along one axis: a scalar walk per (outer, inner) position, in
+    order, like torch's loop."""
+    def emit(b, k: KernelArgs):
+        xt = k.in_types[0]
+        dt = xt.dtype
+        X = k.ins[0]
+        if xt.rank == 0:
+            store(b, load(b, X, i64(0), dt), k.out, i64(0), dt)
+            return
+        axis = k.attrs["axis"]
+        outer, n, inner = prod(xt.shape[:axis]), xt.shape[axis], prod(xt.shape[axis + 1:])
+        isf = dt in ("f32", "f16", "f64")
+        init = fconst(dt, 0.0 if kind == "sum" else 1.0) if isf else int_reduce_init(dt, kind)
+        with for_range(b, i64(outer * inner), name="r") as r:
+            base = b.add(b.mul(b.sdiv(r, i64(inner)), b.mul(i64(n), i64(inner))), b.srem(r, i64(inner)))
+            acc = alloca_in_entry(b, REG_TYPES[dt])
+            b.store(init, acc)
+            with for_range(b, i64(n), name="j") as j:
+                at = b.add(base, b.mul(j, i64(inner)))
+                v, a = load(b, X, at, dt), b.load(acc)
+                if kind == "sum":
+                    s = b.fadd(a, v) if isf else b.add(a, v)
+                else:
+                    s = b.fmul(a, v) if isf else b.mul(a, v)
+                b.store(s, acc)
+                store(b, s, k.out, at, dt)
     return emit

@@ -10,7 +10,7 @@ from .dynamic import k_nonzero
 from .elementwise import k_fused
 from .matmul import k_matmul
 from .pooling import k_adaptive_avg_pool2d, k_avg_pool2d, k_max_pool2d
-from .reduce import arg_reduce_kernel, reduce_kernel
+from .reduce import arg_reduce_kernel, reduce_kernel, scan_kernel
 from .rows import k_batch_norm, k_layer_norm, k_log_softmax, k_softmax
 
 
@@ -31,6 +31,9 @@ EMITTERS = {
     "cuvil.reduce_mean": reduce_kernel("mean"),
     "cuvil.reduce_max": reduce_kernel("max"),
     "cuvil.reduce_min": reduce_kernel("min"),
+    "cuvil.reduce_prod": reduce_kernel("prod"),
+    "cuvil.cumsum": scan_kernel("sum"),
+    "cuvil.cumprod": scan_kernel("prod"),
     "cuvil.argmax": arg_reduce_kernel("max"),
     "cuvil.nonzero": k_nonzero,
     "cuvil.argmin": arg_reduce_kernel("min"),
