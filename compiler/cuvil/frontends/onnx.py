@@ -70,6 +70,18 @@ class Lowering(GraphLowering):
         self.env: dict[str, Value] = {}
         self.missing: dict[str, str] = {}  # outputs a handler does not produce -> why
 
+    # -- the bodies of control-flow ops (onnx_control.py) ----------------------------------
+    def sub(self, fn: Function) -> "Lowering":
+        """A lowering into fn (a region) that shares this one's constant names."""
+        sub = Lowering(fn, self.opset)
+        sub._names = self._names  # constant names stay unique in the whole module
+        return sub
+
+    def lower_nodes(self, nodes, where: str) -> None:
+        """Lower these NodeProtos here, in order."""
+        for proto in nodes:
+            _lower_node(self, Node(proto), where)
+
     def get(self, name: str) -> Value | None:
         """The value of tensor `name`; None for an omitted optional input ('')."""
         if not name:

@@ -68,12 +68,10 @@ def _region(low, graph, fn_name: str, args: list[tuple[str, TensorType]], sunk: 
     and the outer names of the remaining args; sunk constants are re-created inside."""
     from onnx import numpy_helper
 
-    from . import onnx as front
     fn = Function(fn_name, [n for n, _ in args], [t for _, t in args])
     if low.fn.attrs.get("dim_bounds"):
         fn.attrs["dim_bounds"] = low.fn.attrs["dim_bounds"]
-    sub = front.Lowering(fn, low.opset)
-    sub._names = low._names  # constant names stay unique in the whole module
+    sub = low.sub(fn)
     bind = bind or []
     for k, (name, _) in enumerate(args):
         sub.env[bind[k] if k < len(bind) else name] = fn.args[k]
@@ -87,9 +85,7 @@ def _region(low, graph, fn_name: str, args: list[tuple[str, TensorType]], sunk: 
 
 
 def _lower_body(sub, graph, where: str) -> list[Value]:
-    from . import onnx as front
-    for proto in graph.node:
-        front._lower_node(sub, front.Node(proto), where)
+    sub.lower_nodes(graph.node, where)
     return [sub.get(o.name) for o in graph.output]
 
 

@@ -99,6 +99,32 @@ class Lowering(GraphLowering):
     def has_nchw(self, key) -> bool:
         return key in self.nchw_env
 
+    # -- the regions of control-flow ops (tf_control.py) ------------------------------------
+    def sub(self, fn: Function, fg) -> "Lowering":
+        """A lowering of function graph fg into fn (a region), sharing constant names."""
+        sub = Lowering(fn)
+        sub._names, sub.symbolic = self._names, self.symbolic  # constant names stay unique module-wide
+        sub.graph, sub.library, sub.root = fg, self.library, self.root
+        return sub
+
+    def lower_function_graph(self, fg, bind: list[Value], loc: str) -> list[Value]:
+        """Lower the nodes of function graph fg here, its inputs bound to `bind`; its outputs."""
+        nodes = [Node(nd) for nd in fg.as_graph_def().node]
+        self.nodes = {n.name: n for n in nodes}
+        for n in nodes:
+            for src, _ in n.inputs:
+                self.consumers.setdefault(src, []).append(n)
+        in_keys = [_tensor_key(t.name) for t in fg.inputs]
+        for k, v in zip(in_keys, bind):
+            self.env[k] = v
+        inputs = {k[0] for k in in_keys}
+        for node in _topological(nodes):
+            if node.name not in inputs:
+                _lower_node(self, fg, node, loc)
+        outs = [self.get(_tensor_key(t.name)) for t in fg.outputs]
+        self.b.loc = loc
+        return outs
+
     def get(self, key) -> Value:
         """A tensor in TensorFlow's own layout (made from its NCHW twin on first use)."""
         if key not in self.env:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from ..errors import UnsupportedOpError
 from ..ir import Function, Value
 from .graph import const_array
-from .tf import Lowering, Node, _lower_node, _tensor_key, _topological
 from .tf_common import handles
 
 
@@ -50,34 +49,6 @@ def _function_graph(low, fname: str, inputs: list[Value]):
         return fdef, function_def_to_graph(fdef, input_shapes=shapes)
 
 
-def _sub_lowering(low, fn: Function, fg) -> Lowering:
-    sub = Lowering(fn)
-    sub._names, sub.symbolic = low._names, low.symbolic  # constant names stay unique module-wide
-    sub.graph, sub.library, sub.root = fg, low.library, low.root
-    return sub
-
-
-def _lower_graph(low, sub: Lowering, fg, bind: list[Value]) -> list[Value]:
-    """Lower the nodes of function graph fg in `sub`, its inputs bound to `bind`; its outputs."""
-    gd = fg.as_graph_def()
-    nodes = [Node(nd) for nd in gd.node]
-    sub.nodes = {n.name: n for n in nodes}
-    for n in nodes:
-        for src, _ in n.inputs:
-            sub.consumers.setdefault(src, []).append(n)
-    in_keys = [_tensor_key(t.name) for t in fg.inputs]
-    for k, v in zip(in_keys, bind):
-        sub.env[k] = v
-    inputs = {k[0] for k in in_keys}
-    loc = low.b.loc
-    for node in _topological(nodes):
-        if node.name not in inputs:
-            _lower_node(sub, fg, node, loc)
-    outs = [sub.get(_tensor_key(t.name)) for t in fg.outputs]
-    sub.b.loc = loc
-    return outs
-
-
 def _constant(v: Value) -> bool:
     return const_array(v) is not None
 
@@ -96,7 +67,7 @@ def _region(low, fname: str, what: str, inputs: list[Value], sink: list[bool], o
     fn = Function(what, [arg_names[i] for i in passed], [inputs[i].type for i in passed])
     if low.fn.attrs.get("dim_bounds"):
         fn.attrs["dim_bounds"] = low.fn.attrs["dim_bounds"]
-    sub = _sub_lowering(low, fn, fg)
+    sub = low.sub(fn, fg)
     bind: list = [None] * len(inputs)
     for i, arg in zip(passed, fn.args):
         bind[i] = arg
@@ -104,7 +75,7 @@ def _region(low, fname: str, what: str, inputs: list[Value], sink: list[bool], o
         if bind[i] is None:
             c = v.defining_op
             bind[i] = sub.b.constant(c.value, c.attrs["name"])
-    outs = _lower_graph(low, sub, fg, bind)
+    outs = sub.lower_function_graph(fg, bind, low.b.loc)
     outs = outs if keep is None else [outs[i] for i in keep]
     fn.output_names = [f"{what}{i}" for i in range(len(outs))]
     sub.b.loc = ""
@@ -137,9 +108,9 @@ def _if(low, node):
     if known is not None:  # decided at capture time: the taken branch, inline
         fname = then_name if known.reshape(-1)[0] else else_name
         _, fg = _function_graph(low, fname, args)
-        sub = _sub_lowering(low, low.fn, fg)
+        sub = low.sub(low.fn, fg)
         sub.b = low.b
-        return _lower_graph(low, sub, fg, args)
+        return sub.lower_function_graph(fg, args, low.b.loc)
     sink = [True] * len(args)
     then = _region(low, then_name, "then", args, sink)
     other = _region(low, else_name, "else", args, sink)

@@ -125,6 +125,16 @@ class Lowering:
     def cast(self, v: Value, dtype: str) -> Value:
         return v if v.dtype == dtype else self.op("cuvil.cast", v, dtype=dtype)
 
+    # -- the regions of control-flow ops (torch_control.py) --------------------------------
+    def sub(self, fn: Function) -> "Lowering":
+        """A lowering into fn (a region) that shares this one's symbols and constant names."""
+        sub = Lowering(fn)
+        sub.symbols, sub._names, sub._n = self.symbols, self._names, self._n
+        return sub
+
+    def lower_node(self, node) -> None:
+        _lower_node(self, node)
+
     def reshape(self, v: Value, shape) -> Value:
         shape = [self.dim(d) if not isinstance(d, str) else d for d in shape]
         return v if list(v.shape) == shape else self.op("cuvil.reshape", v, shape=shape)

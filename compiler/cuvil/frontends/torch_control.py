@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from ..errors import FrontendError
 from ..ir import Function, Value
-from .torch import Lowering, _lower_node
 from .torch_ops import HANDLERS
 
 
@@ -21,7 +20,7 @@ def _constant(v) -> bool:
     return isinstance(v, Value) and v.defining_op is not None and v.defining_op.name == "cuvil.constant"
 
 
-def lower_region(low: Lowering, gm, name: str, inputs: list, sink: list[bool]) -> Function:
+def lower_region(low, gm, name: str, inputs: list, sink: list[bool]) -> Function:
     """The GraphModule gm as a region; `inputs` are the outer values for its placeholders,
     and those marked in `sink` that are constants are re-created inside it instead."""
     import torch.fx
@@ -37,8 +36,7 @@ def lower_region(low: Lowering, gm, name: str, inputs: list, sink: list[bool]) -
     fn = Function(name, [p.name for p, _ in kept], [v.type for _, v in kept])
     if low.fn.attrs.get("dim_bounds"):
         fn.attrs["dim_bounds"] = low.fn.attrs["dim_bounds"]
-    sub = Lowering(fn)
-    sub.symbols, sub._names, sub._n = low.symbols, low._names, low._n
+    sub = low.sub(fn)
     args = iter(fn.args)
     for p, v, s in zip(placeholders, inputs, sink):
         if s and _constant(v):
@@ -48,7 +46,7 @@ def lower_region(low: Lowering, gm, name: str, inputs: list, sink: list[bool]) -
     outs = None
     for node in gm.graph.nodes:
         if node.op == "call_function":
-            _lower_node(sub, node)
+            sub.lower_node(node)
         elif node.op == "get_attr":
             sub.env[node] = getattr(gm, node.target)
         elif node.op == "output":
@@ -67,7 +65,7 @@ def _passed(inputs: list, sink: list[bool]) -> list[Value]:
     return [v for v, s in zip(inputs, sink) if not (s and _constant(v))]
 
 
-def _cond(low: Lowering, a):
+def _cond(low, a):
     pred, true_gm, false_gm, operands = a["args"][:4]
     operands = list(operands)
     sink = [True] * len(operands)
@@ -79,7 +77,7 @@ def _cond(low: Lowering, a):
                                [v.type for v in then.outputs]))
 
 
-def _while_loop(low: Lowering, a):
+def _while_loop(low, a):
     cond_gm, body_gm, carried, extra = a["args"][:4]
     inputs = [*carried, *extra]
     sink = [False] * len(carried) + [True] * len(extra)  # carried values change: never sunk
