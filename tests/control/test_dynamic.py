@@ -137,3 +137,23 @@ def test_nonzero_executable_writes_the_produced_size(target, tmp_path):
         out = json.loads((tmp_path / f"y{k}.json").read_text())["outputs"][0]
         assert out["shape"] == list(want.shape)
         np.testing.assert_array_equal(np.asarray(out["data"], np.int64).reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.uint8])
+def test_unique_sorted_with_inverse_and_counts(dtype):
+    def fn(x):
+        values, inverse, counts = torch.unique(x, return_inverse=True, return_counts=True)
+        return values, inverse, counts, torch.unique(x * 2)
+    gen = torch.Generator().manual_seed(0)
+    cases = [(torch.randint(0, 6, (3, 5), generator=gen).to(dtype),) for _ in range(3)]
+    cases += [(torch.full((3, 5), 4).to(dtype),), (torch.arange(15).reshape(3, 5).flip(1).to(dtype),)]
+    if dtype.is_floating_point:
+        cases += [(torch.tensor([[-0.5, 2.5, -0.5, 1e-3, 7.0], [3.0, -2.0, 2.5, 0.0, -0.0],
+                                 [1e9, -1e9, 3.0, 3.0, 3.0]]),)]
+    check_cases(fn, cases)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (40,), (2, 3, 4)], ids=str)
+def test_unique_values_alone_every_rank(shape):
+    gen = torch.Generator().manual_seed(1)
+    check_cases(lambda x: torch.unique(x), [(torch.randint(-3, 3, shape, generator=gen),) for _ in range(3)])

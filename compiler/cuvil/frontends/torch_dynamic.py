@@ -18,8 +18,18 @@ from .torch_ops import handles
 
 
 def produced_dim(low, kind: str, bound: int) -> str:
-    """A fresh produced symbol for this node's data-dependent size, mapped from torch's
-    unbacked symbol in the node's meta value."""
+    """The produced symbol for this node's data-dependent size: torch's unbacked symbol in
+    the node's meta value, named afresh (or as before, when torch reused the symbol for
+    an identical op)."""
+    unbacked = None
+    val = low.meta()
+    for t in (val if isinstance(val, (list, tuple)) else [val]):
+        for d in getattr(t, "shape", ()):
+            text = str(getattr(getattr(d, "node", None), "expr", ""))
+            if unbacked is None and text.startswith("u") and text[1:].isdigit():
+                unbacked = text
+    if unbacked in low.symbols:
+        return low.symbols[unbacked]
     bounds = low.fn.attrs.setdefault("dim_bounds", {})
     taken = set(bounds) | set(low.symbols.values())
     name, n = kind, 0
@@ -27,13 +37,8 @@ def produced_dim(low, kind: str, bound: int) -> str:
         n += 1
         name = f"{kind}{n}"
     bounds[name] = [0, int(bound)]
-    val = low.meta()
-    for t in (val if isinstance(val, (list, tuple)) else [val]):
-        for d in getattr(t, "shape", ()):
-            text = str(getattr(getattr(d, "node", None), "expr", ""))
-            if text.startswith("u") and text[1:].isdigit() and text not in low.symbols:
-                low.symbols[text] = name  # torch's unbacked symbol for this size
-                return name
+    if unbacked is not None:
+        low.symbols[unbacked] = name
     return name
 
 
@@ -82,3 +87,22 @@ def _masked_select(low, a):
         mask = low.op("cuvil.broadcast_to", low.reshape(mask, [1] * (len(shape) - mask.type.rank) + list(mask.shape)),
                       shape=shape)
     return mask_select(low, x, mask)
+
+
+@handles("_unique2", "unique_dim", "_unique")
+def _unique(low, a):
+    """torch.unique of the flattened tensor (sorted; inverse and counts when asked)."""
+    if low.node.target.__name__.startswith("unique_dim") or a.get("dim") is not None:
+        raise UnsupportedOpError("torch.unique along a dim is not supported (the flattened form is)")
+    x = a["self"]
+    values = low.op("cuvil.unique", x, size=produced_dim(low, "unique", _static_count(x.type)))
+    out = [values]
+    val = low.meta()
+    n_out = len(val) if isinstance(val, (list, tuple)) else 1
+    if n_out > 1:
+        out.append(low.op("cuvil.unique_inverse", x, values) if a.get("return_inverse") else
+                   low.const(np.zeros(0, np.int64)))
+    if n_out > 2:
+        out.append(low.op("cuvil.unique_counts", x, values) if a.get("return_counts") else
+                   low.const(np.zeros(0, np.int64)))
+    return tuple(out) if n_out > 1 else values
