@@ -106,3 +106,28 @@ def _unique(low, a):
         out.append(low.op("cuvil.unique_counts", x, values) if a.get("return_counts") else
                    low.const(np.zeros(0, np.int64)))
     return tuple(out) if n_out > 1 else values
+
+
+def nms(low, boxes: Value, scores: Value, idxs: Value | None, iou_threshold: float) -> Value:
+    """cuvil.nms (ir/ops/dynamic.py) of boxes [N, 4] and scores [N] (idxs [N]: classes),
+    its size bounded by N."""
+    from ..ir import symdim
+    if boxes.type.rank != 2 or boxes.shape[1] != 4 or scores.type.rank != 1:
+        raise UnsupportedOpError(f"nms takes boxes [N, 4] and scores [N], got {boxes.type} and {scores.type}")
+    n = boxes.shape[0]
+    bound = n if isinstance(n, int) else symdim.upper_bound(n, low.fn.attrs.get("dim_bounds", {}))
+    operands = [low.cast(boxes, "f32"), low.cast(scores, "f32")] + ([low.cast(idxs, "i64")] if idxs is not None else [])
+    return low.op("cuvil.nms", *operands, iou_threshold=float(iou_threshold), size=produced_dim(low, "nms", bound))
+
+
+@handles("cuvil::nms")
+def _nms(low, a):
+    """torch.ops.cuvil.nms (cuvil/vision.py): torchvision.ops.nms."""
+    return nms(low, a["boxes"], a["scores"], None, a["iou_threshold"])
+
+
+@handles("cuvil::batched_nms")
+def _batched_nms(low, a):
+    """torch.ops.cuvil.batched_nms: NMS per class of idxs, as an operand of cuvil.nms
+    (exact per class, where torchvision's coordinate offsets round)."""
+    return nms(low, a["boxes"], a["scores"], a["idxs"], a["iou_threshold"])

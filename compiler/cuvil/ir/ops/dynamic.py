@@ -59,6 +59,7 @@ class NonZero(DataDependent):
         return [np.argwhere(x).astype(np.int64)]
 
 
+
 class Unique(DataDependent):
     """The distinct values of x (flattened), ascending: [size] of x's dtype."""
 
@@ -119,3 +120,95 @@ class UniqueCounts(_UniqueOf):
     def reference(cls, args, attrs):
         x, values = args
         return [np.bincount(cls.positions(x, values), minlength=len(values)).astype(np.int64)]
+
+
+def _std_max(a, b):
+    """C++'s std::max(a, b) (a < b ? b : a), elementwise: torchvision's kernel's."""
+    return np.where(a < b, b, a)
+
+
+def _std_min(a, b):
+    return np.where(b < a, b, a)
+
+
+def nms_order(scores: np.ndarray, idxs: np.ndarray | None, by_class: bool) -> np.ndarray:
+    """The order boxes are considered in: decreasing score (a NaN above every number, as
+    torch.sort), ties by lower index; with `by_class`, by class first (ascending)."""
+    s = np.asarray(scores, np.float32)
+    nan = np.isnan(s)
+    keys = [np.arange(len(s)), np.where(nan, np.float32(0), -s), ~nan]  # lexsort: last key first
+    if by_class:
+        keys.append(np.asarray(idxs, np.int64))
+    return np.lexsort(keys)
+
+
+def nms_iou(kept: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """float32 IoU of each kept box (rows of [K, 4] x1, y1, x2, y2) with `box`, as
+    torchvision's CPU kernel computes it: a degenerate pair's 0/0 is NaN (never above a
+    threshold)."""
+    kx1, ky1, kx2, ky2 = (kept[:, c] for c in range(4))
+    x1, y1, x2, y2 = box
+    zero = np.float32(0)
+    w = _std_max(zero, _std_min(kx2, x2) - _std_max(kx1, x1))
+    h = _std_max(zero, _std_min(ky2, y2) - _std_max(ky1, y1))
+    inter = w * h
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return inter / ((kx2 - kx1) * (ky2 - ky1) + (x2 - x1) * (y2 - y1) - inter)
+
+
+class Nms(DataDependent):
+    """Greedy non-maximum suppression: the indices of the boxes kept, in the order they
+    were kept, [size] i64.
+
+    Operands: boxes [N, 4] f32 as (x1, y1, x2, y2), scores [N] f32 and optionally idxs
+    [N] i64, each box's class: a box is then only suppressed by kept boxes of its own
+    class (torchvision's batched_nms, without its coordinate offsets). Boxes are taken
+    in decreasing score (ties: lower index first; `by_class`: by class, then score), and
+    one is kept unless its IoU with a kept box (of its class) is > iou_threshold (float32
+    IoU compared in double, as torchvision's kernel), or its score is not >
+    `score_threshold` (optional), or `max_per_class` (optional) boxes of its class are
+    kept already. Attributes: iou_threshold, size, and optionally score_threshold,
+    max_per_class, by_class (ONNX NonMaxSuppression uses all three).
+    """
+
+    name = "cuvil.nms"
+
+    @classmethod
+    def infer_types(cls, types, attrs):
+        size = cls.check_size(attrs)
+        if len(types) not in (2, 3):
+            raise VerifyError(f"{cls.name} takes boxes, scores and optionally idxs, got {len(types)} operands")
+        boxes, scores = types[0], types[1]
+        if boxes.rank != 2 or boxes.shape[1] != 4 or boxes.dtype != "f32":
+            raise VerifyError(f"{cls.name}: boxes must be [N, 4] f32, got {boxes}")
+        if scores.shape != (boxes.shape[0],) or scores.dtype != "f32":
+            raise VerifyError(f"{cls.name}: scores must be [{boxes.shape[0]}] f32, got {scores}")
+        if len(types) == 3 and (types[2].shape != scores.shape or types[2].dtype != "i64"):
+            raise VerifyError(f"{cls.name}: idxs must be [{boxes.shape[0]}] i64, got {types[2]}")
+        if not isinstance(attrs.get("iou_threshold"), (int, float)) or isinstance(attrs["iou_threshold"], bool):
+            raise VerifyError(f"{cls.name}: iou_threshold must be a number, got {attrs.get('iou_threshold')!r}")
+        if "score_threshold" in attrs and not isinstance(attrs["score_threshold"], (int, float)):
+            raise VerifyError(f"{cls.name}: score_threshold must be a number, got {attrs['score_threshold']!r}")
+        limit = attrs.get("max_per_class", 0)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise VerifyError(f"{cls.name}: max_per_class must be an int >= 0, got {limit!r}")
+        if attrs.get("by_class") and len(types) != 3:
+            raise VerifyError(f"{cls.name}: by_class needs idxs")
+        return [TensorType((size,), "i64")]
+
+    @classmethod
+    def reference(cls, args, attrs):
+        boxes = np.asarray(args[0], np.float32).reshape(-1, 4)
+        scores = np.asarray(args[1], np.float32)
+        idxs = np.asarray(args[2], np.int64) if len(args) > 2 else np.zeros(len(scores), np.int64)
+        thr, limit = float(attrs["iou_threshold"]), attrs.get("max_per_class")
+        kept: list[int] = []
+        for i in nms_order(scores, idxs, bool(attrs.get("by_class"))):
+            if "score_threshold" in attrs and not float(scores[i]) > float(attrs["score_threshold"]):
+                continue
+            same = [k for k in kept if idxs[k] == idxs[i]]
+            if limit is not None and len(same) >= limit:
+                continue
+            if not same or not np.any(nms_iou(boxes[same], boxes[i]).astype(np.float64) > thr):
+                kept.append(int(i))
+        return [np.asarray(kept, np.int64)]

@@ -116,3 +116,91 @@ def k_unique_counts(b, k: KernelArgs):
     with for_range(b, n, name="e") as e:
         p = lower_bound(b, k.ins[1], u, load(b, k.ins[0], e, xt.dtype), xt.dtype)
         store(b, b.add(load(b, k.out, p, "i64"), i64(1)), k.out, p, "i64")
+
+
+def _nms_before(b, sj, si, cj, ci, j, i, by_class: bool):
+    """Whether box j comes before box i (ir/ops/dynamic.nms_order): a higher score (NaN
+    above every number), equal scores by index; with by_class, a lower class first."""
+    nan_j, nan_i = b.fcmp_unordered("uno", sj, sj), b.fcmp_unordered("uno", si, si)
+    higher = b.or_(b.and_(nan_j, b.not_(nan_i)), b.fcmp_ordered(">", sj, si))
+    equal = b.or_(b.fcmp_ordered("==", sj, si), b.and_(nan_j, nan_i))
+    before = b.or_(higher, b.and_(equal, b.icmp_signed("<", j, i)))
+    if by_class:
+        before = b.or_(b.icmp_signed("<", cj, ci), b.and_(b.icmp_signed("==", cj, ci), before))
+    return before
+
+
+def _std_max(b, x, y):
+    return b.select(b.fcmp_ordered("<", x, y), y, x)
+
+
+def _std_min(b, x, y):
+    return b.select(b.fcmp_ordered("<", y, x), y, x)
+
+
+def k_nms(b, k: KernelArgs):
+    """Greedy non-maximum suppression (ir/ops/dynamic.py Nms), in the result's buffer
+    (planned for all N boxes): first each box's place in the order, counted over all
+    boxes (O(N^2)), then one pass over that order that moves each kept box to the end of
+    the kept ones after comparing it with them (float32 IoU as the reference, no fused
+    multiply-adds)."""
+    boxes, scores = k.ins[0], k.ins[1]
+    idxs = k.ins[2] if len(k.ins) > 2 else None
+    by_class = bool(k.attrs.get("by_class"))
+    n = k.in_types[1].shape[0]
+    zero_i = i64(0)
+
+    def cls(i):
+        return load(b, idxs, i, "i64") if idxs is not None else zero_i
+
+    # place of box i = the number of boxes before it
+    place = alloca_in_entry(b, I64)
+    with for_range(b, n, name="i") as i:
+        si, ci = load(b, scores, i, "f32"), cls(i)
+        b.store(zero_i, place)
+        with for_range(b, n, name="j") as j:
+            before = _nms_before(b, load(b, scores, j, "f32"), si, cls(j), ci, j, i, by_class)
+            b.store(b.add(b.load(place), b.zext(before, I64)), place)
+        store(b, i, k.out, b.load(place), "i64")
+
+    count, keep, same = alloca_in_entry(b, I64), alloca_in_entry(b, ir.IntType(1)), alloca_in_entry(b, I64)
+    b.store(zero_i, count)
+    thr = ir.Constant(ir.DoubleType(), float(k.attrs["iou_threshold"]))
+    f0 = ir.Constant(ir.FloatType(), 0.0)
+    with for_range(b, n, name="p") as p:
+        i = load(b, k.out, p, "i64")
+        ci = cls(i)
+        if "score_threshold" in k.attrs:
+            ok = b.fcmp_ordered(">", b.fpext(load(b, scores, i, "f32"), ir.DoubleType()),
+                                ir.Constant(ir.DoubleType(), float(k.attrs["score_threshold"])))
+        else:
+            ok = ir.Constant(ir.IntType(1), 1)
+        b.store(ok, keep)
+        b.store(zero_i, same)
+        with b.if_then(ok):
+            x1, y1, x2, y2 = (load(b, boxes, b.add(b.mul(i, i64(4)), i64(c)), "f32") for c in range(4))
+            area = b.fmul(b.fsub(x2, x1), b.fsub(y2, y1))
+            with for_range(b, b.load(count), name="q") as q:
+                kk = load(b, k.out, q, "i64")
+                kx1, ky1, kx2, ky2 = (load(b, boxes, b.add(b.mul(kk, i64(4)), i64(c)), "f32") for c in range(4))
+                w = _std_max(b, f0, b.fsub(_std_min(b, kx2, x2), _std_max(b, kx1, x1)))
+                h = _std_max(b, f0, b.fsub(_std_min(b, ky2, y2), _std_max(b, ky1, y1)))
+                inter = b.fmul(w, h)
+                karea = b.fmul(b.fsub(kx2, kx1), b.fsub(ky2, ky1))
+                iou = b.fdiv(inter, b.fsub(b.fadd(karea, area), inter))
+                hit = b.fcmp_ordered(">", b.fpext(iou, ir.DoubleType()), thr)
+                if idxs is not None:
+                    same_class = b.icmp_signed("==", cls(kk), ci)
+                    hit = b.and_(hit, same_class)
+                    b.store(b.add(b.load(same), b.zext(same_class, I64)), same)
+                else:
+                    b.store(b.add(b.load(same), i64(1)), same)
+                b.store(b.and_(b.load(keep), b.not_(hit)), keep)
+            if "max_per_class" in k.attrs:
+                under = b.icmp_signed("<", b.load(same), i64(int(k.attrs["max_per_class"])))
+                b.store(b.and_(b.load(keep), under), keep)
+        with b.if_then(b.load(keep)):
+            c = b.load(count)
+            store(b, i, k.out, c, "i64")
+            b.store(b.add(c, i64(1)), count)
+    store_size(b, k, b.load(count))

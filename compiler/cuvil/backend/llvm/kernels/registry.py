@@ -6,7 +6,7 @@ from __future__ import annotations
 from .attention import k_attention
 from .conv import k_conv2d
 from .data import k_broadcast_to, k_concat, k_copy, k_dim, k_gather, k_pad, k_resize, k_slice, k_transpose
-from .dynamic import k_nonzero, k_unique, k_unique_counts, k_unique_inverse
+from .dynamic import k_nms, k_nonzero, k_unique, k_unique_counts, k_unique_inverse
 from .elementwise import k_fused
 from .matmul import k_matmul
 from .pooling import k_adaptive_avg_pool2d, k_avg_pool2d, k_max_pool2d
@@ -48,4 +48,5 @@ EMITTERS = {
     "cuvil.pad": k_pad,
     "cuvil.gather": k_gather,
     "cuvil.resize": k_resize,
+    "cuvil.nms": k_nms,
 }
