@@ -23,6 +23,7 @@ load(
     "//rules/private:model.bzl",
     _PRECISIONS = "PRECISIONS",
     _QUANTIZATIONS = "QUANTIZATIONS",
+    _cuvil_c_deps = "cuvil_c_deps",
     _cuvil_capture = "cuvil_capture",
     _cuvil_compile = "cuvil_compile",
     _cuvil_model = "cuvil_model",
@@ -42,6 +43,7 @@ cuvil_toolchain = _cuvil_toolchain
 # The rules behind the macros, for custom macros.
 cuvil_capture = _cuvil_capture
 cuvil_compile = _cuvil_compile
+cuvil_c_deps = _cuvil_c_deps
 cuvil_platform_binary = _cuvil_platform_binary
 
 CuvilModelInfo = _CuvilModelInfo

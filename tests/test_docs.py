@@ -38,13 +38,14 @@ README = REPO / "README.md"
 # The order the commands run in: a page may use what the pages before it made.
 DOCS = ["README.md", "docs/cli.md", "docs/config.md", "docs/targets.md", "docs/quantization.md", "docs/abi.md",
         "docs/plugins.md", "docs/dynamic-shapes.md", "docs/python-api.md", "docs/frameworks.md", "docs/bazel.md",
-        "docs/remote.md", "docs/architecture.md", "docs/reliability.md"]
+        "docs/rules-reference.md", "docs/remote.md", "docs/architecture.md", "docs/reliability.md"]
 README_MAX_LINES = 200
 
 CI = ".ci/run"
 MAKEFILE = "Makefile"
 BAZEL_TARGETS = "tests/bazel/test_targets.py"
 BAZEL_QUANT = "tests/bazel/test_quantization.py"
+BAZEL_MONOREPO = "tests/bazel/test_monorepo.py"
 REMOTE_CONFTEST = "tests/remote/conftest.py"
 REMOTE_HELPERS = "tests/remote/remote_helpers.py"
 IMAGES = "tests/targets/test_images.py"
@@ -60,11 +61,15 @@ EXTERNAL: dict[str, list[tuple[str, str]]] = {
     # Bazel (.ci/run builds and tests //..., then runs tests/bazel)
     "bazel build //...": [(CI, r"(?m)^bazel build .*//\.\.\.$")],
     "bazel test //...": [(CI, r"(?m)^bazel test .*//\.\.\.$")],
-    "bazel build //examples/models:mobilenetv2_host //examples/models:mobilenetv2_aarch64": [
-        (BAZEL_TARGETS, r'bazel\.build\(f"//examples/models:\{model\}_aarch64", f"//examples/models:\{model\}_host"\)'),
-        (BAZEL_TARGETS, r'\("mobilenetv2", "cat"\)')],
-    "bazel test //examples/cpp_app:cpp_app_test": [
-        (CI, r"(?m)^bazel test .*//\.\.\.$"), ("examples/cpp_app/BUILD.bazel", r'cc_test\(\n    name = "cpp_app_test"')],
+    # README: the external workspace made from its snippets (tests/bazel/test_monorepo.py)
+    "bazel build //models:app //models:resnet50_aarch64 --@cuvil//cuvil:quantization=fp16": [
+        (BAZEL_MONOREPO, r'README_BUILD = \["//models:app", "//models:resnet50_aarch64"\]'),
+        (BAZEL_MONOREPO, r'FP16 = "--@cuvil//cuvil:quantization=fp16"'),
+        (BAZEL_MONOREPO, r'_build\(mono, log, \*README_BUILD, FP16\)')],
+    "qemu-aarch64 -L /usr/aarch64-linux-gnu bazel-bin/models/resnet50_aarch64 --input x.npy --output y.npy": [
+        (BAZEL_TARGETS, r'QEMU = \["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"\]'),
+        (BAZEL_MONOREPO, r'a64 = .*bazel\.bin\("models/resnet50_aarch64"\)'),
+        (BAZEL_MONOREPO, r'run\(\[\*QEMU, a64, "--input", tmp_path / "x\.npy", "--output", tmp_path / "a64\.npy"\]\)')],
     "bazel build //examples/models:resnet50_aarch64": [
         (BAZEL_TARGETS, r'bazel\.build\(f"//examples/models:\{model\}_aarch64"'),
         (BAZEL_TARGETS, r'\("resnet50", "random"\)')],

@@ -5,23 +5,46 @@ load("@rules_cc//cc:defs.bzl", "cc_binary")
 load(":model.bzl", "QUANTIZATIONS", "model_main_label")
 
 _PLATFORMS = "//command_line_option:platforms"
+_PLATFORM_SUFFIX = "//command_line_option:platform_suffix"
 _QUANTIZATION = str(Label("//cuvil:quantization"))
 
-def _target_transition_impl(settings, attr):
-    out = {
-        _PLATFORMS: settings[_PLATFORMS],
-        _QUANTIZATION: settings[_QUANTIZATION],
+# Three transitions, so that each sets only what its target asks for: a setting a
+# transition writes is part of the output directory's name on Bazel 4.2.3 even when
+# its value is unchanged, and a platform binary that also wrote the quantization would
+# rebuild the C runtime for every --@cuvil//cuvil:quantization (which only the compile
+# stage reads). The platform's name becomes the output directory's suffix
+# (`k8-fastbuild-linux_aarch64-ST-...`), so cross builds are recognisable.
+def _platform_settings(attr):
+    return {
+        _PLATFORMS: [str(attr.platform)],
+        _PLATFORM_SUFFIX: "-" + attr.platform.name,
     }
-    if attr.platform:
-        out[_PLATFORMS] = [str(attr.platform)]
-    if attr.quantization:
-        out[_QUANTIZATION] = attr.quantization
-    return out
 
-cuvil_target_transition = transition(
-    implementation = _target_transition_impl,
-    inputs = [_PLATFORMS, _QUANTIZATION],
-    outputs = [_PLATFORMS, _QUANTIZATION],
+def _platform_transition_impl(_settings, attr):
+    return _platform_settings(attr)
+
+def _quantization_transition_impl(_settings, attr):
+    return {_QUANTIZATION: attr.quantization}
+
+def _platform_quantization_transition_impl(_settings, attr):
+    return dict(_platform_settings(attr), **{_QUANTIZATION: attr.quantization})
+
+_platform_transition = transition(
+    implementation = _platform_transition_impl,
+    inputs = [],
+    outputs = [_PLATFORMS, _PLATFORM_SUFFIX],
+)
+
+_quantization_transition = transition(
+    implementation = _quantization_transition_impl,
+    inputs = [],
+    outputs = [_QUANTIZATION],
+)
+
+_platform_quantization_transition = transition(
+    implementation = _platform_quantization_transition_impl,
+    inputs = [],
+    outputs = [_PLATFORMS, _PLATFORM_SUFFIX, _QUANTIZATION],
 )
 
 def _single(dep):
@@ -36,27 +59,58 @@ def _cuvil_platform_binary_impl(ctx):
     runfiles = ctx.runfiles(files = [out]).merge(binary[DefaultInfo].default_runfiles)
     return [DefaultInfo(executable = out, files = depset([out]), runfiles = runfiles)]
 
-cuvil_platform_binary = rule(
-    implementation = _cuvil_platform_binary_impl,
-    doc = "The executable `binary` built for `platform` with `quantization`.",
+def _platform_binary_rule(cfg, doc):
     attrs = {
         "binary": attr.label(
             mandatory = True,
             executable = True,
-            cfg = cuvil_target_transition,
+            cfg = cfg,
             doc = "The cc_binary (built in the transitioned configuration).",
         ),
         "platform": attr.label(doc = "Target platform (default: the current --platforms)."),
         "quantization": attr.string(
             values = [""] + QUANTIZATIONS,
-            doc = "Sets --//cuvil:quantization below this target (default: unchanged).",
+            doc = "Sets --@cuvil//cuvil:quantization below this target (default: unchanged).",
         ),
-        "_allowlist_function_transition": attr.label(
+    }
+    if cfg != "target":
+        attrs["_allowlist_function_transition"] = attr.label(
             default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
-        ),
-    },
-    executable = True,
+        )
+    return rule(implementation = _cuvil_platform_binary_impl, doc = doc, attrs = attrs, executable = True)
+
+_platform_binary = _platform_binary_rule(_platform_transition, "`binary` built for `platform`.")
+_quantization_binary = _platform_binary_rule(_quantization_transition, "`binary` built with `quantization`.")
+_platform_quantization_binary = _platform_binary_rule(
+    _platform_quantization_transition,
+    "`binary` built for `platform` with `quantization`.",
 )
+
+_current_binary = _platform_binary_rule("target", "`binary` in the current configuration.")
+
+def _host_binary(name, binary, platform, quantization, **kwargs):
+    _current_binary(name = name, binary = binary, **kwargs)
+
+def cuvil_platform_binary(name, binary, platform = None, quantization = None, **kwargs):
+    """The executable `binary` built for `platform` (its name is the suffix of the
+    output directory) and/or with `quantization` (sets --@cuvil//cuvil:quantization
+    below it); a symlink `<name>` to it in the current configuration.
+
+    Args:
+      name: target name; the symlink's file name.
+      binary: label of an executable (e.g. a cc_binary).
+      platform: label of a platform(), or None (the current --platforms).
+      quantization: none | fp16 | int8_sym | int4_block, or None (unchanged).
+      **kwargs: visibility, tags, testonly.
+    """
+    if platform and quantization:
+        _platform_quantization_binary(name = name, binary = binary, platform = platform, quantization = quantization, **kwargs)
+    elif platform:
+        _platform_binary(name = name, binary = binary, platform = platform, **kwargs)
+    elif quantization:
+        _quantization_binary(name = name, binary = binary, quantization = quantization, **kwargs)
+    else:
+        fail("cuvil_platform_binary %s: give `platform` or `quantization`" % name)
 
 def cuvil_binary(
         name,
@@ -76,7 +130,7 @@ def cuvil_binary(
     With `platform`, an outgoing transition builds the model and the executable for
     that platform, so `bazel build //pkg:<name>` needs no flags; the capture stage is
     shared with every other platform. With `quantization`, the same transition sets
-    --//cuvil:quantization (a cuvil_model's own `quantization` attribute still wins).
+    --@cuvil//cuvil:quantization (a cuvil_model's own `quantization` attribute still wins).
 
     Targets created:
       <name>          the executable (a symlink to <name>_native built for `platform`).
@@ -101,11 +155,11 @@ def cuvil_binary(
         testonly = testonly,
         **kwargs
     )
-    cuvil_platform_binary(
+    (_host_binary if not transitioned else cuvil_platform_binary)(
         name = name,
         binary = ":" + name + "_native",
         platform = platform,
-        quantization = quantization or "",
+        quantization = quantization,
         visibility = visibility,
         tags = tags,
         testonly = testonly,

@@ -84,14 +84,14 @@ cuvil_capture = rule(
 # -- compile ---------------------------------------------------------------------------
 
 def effective_quantization(ctx):
-    """The attribute if set, else --//cuvil:quantization."""
+    """The attribute if set, else --@cuvil//cuvil:quantization."""
     q = ctx.attr.quantization or ctx.attr._quantization_flag[BuildSettingInfo].value
     if q not in QUANTIZATIONS:
         fail("quantization '%s' is not a Cuvil quantization method (methods: %s)" % (q, ", ".join(QUANTIZATIONS)))
     return q
 
 def effective_precision(ctx):
-    """The attribute if set, else --//cuvil:precision."""
+    """The attribute if set, else --@cuvil//cuvil:precision."""
     p = ctx.attr.precision or ctx.attr._precision_flag[BuildSettingInfo].value
     if p not in PRECISIONS:
         fail("precision '%s' is not a Cuvil precision (precisions: %s)" % (p, ", ".join(PRECISIONS)))
@@ -103,12 +103,20 @@ def _cuvil_compile_impl(ctx):
     quantization = effective_quantization(ctx)
     precision = effective_precision(ctx)
     base = ctx.attr.model_name or ctx.label.name
-    header = ctx.actions.declare_file(base + ".h")
-    obj = ctx.actions.declare_file(base + ".o")
-    weights = ctx.actions.declare_file(base + ".weights.o")
-    manifest = ctx.actions.declare_file(base + ".json")
-    api_glue = ctx.actions.declare_file(base + "_api.c")
-    app_glue = ctx.actions.declare_file(base + "_app.c")
+
+    # The compile stage's files go to a directory per quantization and precision
+    # (`<name>.<quantization>-<precision>/`), so builds with different flags for one
+    # platform keep both results; `<name>.h` and `<name>.json` beside it are symlinks
+    # to the current ones (what C code includes and what tools read).
+    variant = "%s.%s-%s/%s" % (base, quantization, precision, base)
+    header = ctx.actions.declare_file(variant + ".h")
+    obj = ctx.actions.declare_file(variant + ".o")
+    weights = ctx.actions.declare_file(variant + ".weights.o")
+    manifest = ctx.actions.declare_file(variant + ".json")
+    api_glue = ctx.actions.declare_file(variant + "_api.c")
+    app_glue = ctx.actions.declare_file(variant + "_app.c")
+    public_header = ctx.actions.declare_file(base + ".h")
+    public_manifest = ctx.actions.declare_file(base + ".json")
 
     plugin_headers = [p[CcInfo].compilation_context.headers for p in ctx.attr.plugins]
     py = python_runner(ctx)
@@ -152,13 +160,15 @@ def _cuvil_compile_impl(ctx):
             precision,
         ),
     )
+    ctx.actions.symlink(output = public_header, target_file = header)
+    ctx.actions.symlink(output = public_manifest, target_file = manifest)
     return [
-        DefaultInfo(files = depset([header, obj, weights, manifest])),
+        DefaultInfo(files = depset([public_header, obj, weights, public_manifest])),
         CuvilModelInfo(
-            header = header,
+            header = public_header,
             object = obj,
             weights_object = weights,
-            manifest = manifest,
+            manifest = public_manifest,
             api_glue = api_glue,
             app_glue = app_glue,
             cvir = capture.cvir,
@@ -167,9 +177,11 @@ def _cuvil_compile_impl(ctx):
             quantization = quantization,
         ),
         OutputGroupInfo(
-            header = depset([header]),
-            objects = depset([obj, weights]),
-            manifest = depset([manifest]),
+            header = depset([public_header]),
+            # The glue includes "<name>.h" from its own directory: that header goes
+            # with the objects (a private header of the cc_library).
+            objects = depset([obj, weights, header]),
+            manifest = depset([public_manifest]),
             api_glue = depset([api_glue]),
             app_glue = depset([app_glue]),
         ),
@@ -178,8 +190,10 @@ def _cuvil_compile_impl(ctx):
 cuvil_compile = rule(
     implementation = _cuvil_compile_impl,
     doc = "The compile stage for the target platform: `.cvir` -> `<model_name>.h`, `.o`, " +
-          "`.weights.o`, `.json` and C glue. Framework-free. Output groups: header, " +
-          "objects, manifest, api_glue, app_glue.",
+          "`.weights.o`, `.json` and C glue, in `<model_name>.<quantization>-<precision>/` " +
+          "(so each quantization keeps its own files), with `<model_name>.h` and " +
+          "`<model_name>.json` beside it as symlinks to them. Framework-free. Output " +
+          "groups: header, objects, manifest, api_glue, app_glue.",
     attrs = dict(PYTHON_ATTRS, **{
         "capture": attr.label(
             mandatory = True,
@@ -190,11 +204,11 @@ cuvil_compile = rule(
         ),
         "model_name": attr.string(doc = "Base name of the outputs (default: the target's name)."),
         "quantization": attr.string(
-            doc = "Overrides --//cuvil:quantization for this model: none, fp16, " +
+            doc = "Overrides --@cuvil//cuvil:quantization for this model: none, fp16, " +
                   "int8_sym or int4_block (empty: the flag).",
         ),
         "precision": attr.string(
-            doc = "Overrides --//cuvil:precision for this model: f32 or bf16 (empty: the flag).",
+            doc = "Overrides --@cuvil//cuvil:precision for this model: f32 or bf16 (empty: the flag).",
         ),
         "plugins": attr.label_list(
             providers = [CcInfo],
@@ -217,6 +231,68 @@ cuvil_compile = rule(
     toolchains = [CUVIL_TOOLCHAIN_TYPE, PYTHON_TOOLCHAIN_TYPE],
     provides = [CuvilModelInfo],
 )
+
+# -- C libraries that do not depend on the model ----------------------------------------
+
+# Bazel 4.2.3 names a transitioned configuration's output directory (`...-ST-<hash>`)
+# after the Starlark build settings a transition changed on the way: below
+# cuvil_binary's platform transition, --@cuvil//cuvil:quantization would move the C
+# runtime and the plugins to a new directory, with new compile commands, for each
+# quantization, although they read neither flag. Two transitions in a row give them
+# one configuration whatever the flags are: the first sets both flags to values other
+# than their defaults, the second back to the defaults, so the second always changes
+# both and the directory's hash always covers the same values. (One transition to the
+# defaults would change nothing under the default flags and something under others:
+# two directories.)
+_QUANTIZATION_FLAG = str(Label("//cuvil:quantization"))
+_PRECISION_FLAG = str(Label("//cuvil:precision"))
+_FLAGS_AWAY = {_QUANTIZATION_FLAG: "fp16", _PRECISION_FLAG: "bf16"}
+_FLAGS_DEFAULT = {_QUANTIZATION_FLAG: "none", _PRECISION_FLAG: "f32"}
+
+def _flags_away_impl(_settings, _attr):
+    return dict(_FLAGS_AWAY)
+
+def _flags_default_impl(_settings, _attr):
+    return dict(_FLAGS_DEFAULT)
+
+_flags_away = transition(implementation = _flags_away_impl, inputs = [], outputs = list(_FLAGS_AWAY.keys()))
+_flags_default = transition(implementation = _flags_default_impl, inputs = [], outputs = list(_FLAGS_DEFAULT.keys()))
+
+def _forward_cc_impl(ctx):
+    deps = ctx.attr.deps
+    return [
+        cc_common.merge_cc_infos(cc_infos = [d[CcInfo] for d in deps]),
+        DefaultInfo(files = depset(transitive = [d[DefaultInfo].files for d in deps])),
+    ]
+
+def _forward_cc_rule(cfg, doc):
+    return rule(
+        implementation = _forward_cc_impl,
+        doc = doc,
+        attrs = {
+            "deps": attr.label_list(providers = [CcInfo], cfg = cfg, doc = "cc_library targets."),
+            "_allowlist_function_transition": attr.label(
+                default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
+            ),
+        },
+        provides = [CcInfo],
+    )
+
+_cc_flags_away = _forward_cc_rule(_flags_away, "`deps` with the Cuvil flags away from their defaults.")
+_cc_flags_default = _forward_cc_rule(_flags_default, "`deps` with the Cuvil flags at their defaults.")
+
+def cuvil_c_deps(name, deps, **kwargs):
+    """The CcInfo of `deps`, C libraries that read no Cuvil build setting (the runtime,
+    plugins), built in one configuration whatever --@cuvil//cuvil:quantization and
+    --@cuvil//cuvil:precision are, so that changing either does not rebuild them.
+
+    Args:
+      name: target name (`<name>_defaults` is made beside it).
+      deps: cc_library targets.
+      **kwargs: visibility, tags, testonly.
+    """
+    _cc_flags_default(name = name + "_defaults", deps = deps, **kwargs)
+    _cc_flags_away(name = name, deps = [":" + name + "_defaults"], **kwargs)
 
 # -- the macro -------------------------------------------------------------------------
 
@@ -256,26 +332,32 @@ def cuvil_model(
                         uses it).
       <name>_capture    cuvil_capture: `<name>_capture.cvir` (tagged manual; built in
                         the exec configuration through <name>_compile).
-      <name>_compile    cuvil_compile: `<name>.h`, `<name>.o`, `<name>.weights.o`,
-                        `<name>.json`, `<name>_api.c`, `<name>_app.c`; provides
-                        CuvilModelInfo.
+      <name>_compile    cuvil_compile: `<name>.o`, `<name>.weights.o`, `<name>.h`,
+                        `<name>.json`, `<name>_api.c`, `<name>_app.c` in
+                        `<name>.<quantization>-<precision>/` (one directory per
+                        quantization, so switching keeps both cached), `<name>.h`
+                        and `<name>.json` beside it; provides CuvilModelInfo.
       <name>_header, <name>_objects, <name>_api_glue, <name>_app_glue
                         filegroups over the output groups of <name>_compile.
+      <name>_c_deps, <name>_main_c_deps
+                        cuvil_c_deps: the runtime (and `runtime_main`) and `plugins`
+                        with the Cuvil flags at their defaults, so a quantization
+                        or precision switch rebuilds the model, not them.
 
     Args:
       name: target name; also the header's name.
       model: label of the model's Python sources (py_library or filegroup).
       config: label of the Cuvil config (.yaml).
       quantization: none | fp16 | int8_sym | int4_block; overrides
-        --//cuvil:quantization (default: the flag). Accepts select().
+        --@cuvil//cuvil:quantization (default: the flag). Accepts select().
       plugins: cc_library targets linked with the model (pre/post-processing plugins);
         their headers are inputs of the compile action.
       data: files the config or the model reads (labels, checkpoints).
       calibration: calibration inputs (.npy, .npz, images) for int8_sym: they replace
         the config's quantization.calibration.files (its ranges/percentile still
-        apply), so `--//cuvil:quantization=int8_sym` works on a config without them.
+        apply), so `--@cuvil//cuvil:quantization=int8_sym` works on a config without them.
       precision: f32 | bf16 (conv2d/matmul in bfloat16 with f32 accumulation; with
-        quantization none only); overrides --//cuvil:precision (default: the flag,
+        quantization none only); overrides --@cuvil//cuvil:precision (default: the flag,
         whose default is f32: the config's own `precision` is not read under Bazel).
         Accepts select().
       visibility, tags, testonly: as usual, applied to every target.
@@ -312,13 +394,25 @@ def cuvil_model(
             visibility = visibility,
             **common
         )
+    cuvil_c_deps(
+        name = name + "_c_deps",
+        deps = [RUNTIME] + plugins,
+        visibility = ["//visibility:private"],
+        **common
+    )
+    cuvil_c_deps(
+        name = name + "_main_c_deps",
+        deps = [RUNTIME_MAIN, RUNTIME] + plugins,
+        visibility = ["//visibility:private"],
+        **common
+    )
     library_kwargs = dict(common, linkstatic = True)  # no lib<name>.so (large) unless asked
     library_kwargs.update(kwargs)
     cc_library(
         name = name,
         srcs = [":" + name + "_objects", ":" + name + "_api_glue"],
         hdrs = [":" + name + "_header"],
-        deps = [RUNTIME] + plugins,
+        deps = [":" + name + "_c_deps"],
         visibility = visibility,
         **library_kwargs
     )
@@ -326,7 +420,7 @@ def cuvil_model(
         name = name + "_main",
         srcs = [":" + name + "_objects", ":" + name + "_app_glue"],
         hdrs = [":" + name + "_header"],
-        deps = [RUNTIME_MAIN, RUNTIME] + plugins,
+        deps = [":" + name + "_main_c_deps"],
         alwayslink = True,
         linkstatic = True,
         visibility = visibility,

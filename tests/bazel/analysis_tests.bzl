@@ -19,9 +19,16 @@ def _flag(argv, name):
     return None
 
 def _only_compile_action(env):
+    """The one CuvilCompile action (beside it: the symlinks `<name>.h` and `<name>.json`)."""
     actions = analysistest.target_actions(env)
-    asserts.equals(env, ["CuvilCompile"], [a.mnemonic for a in actions], "actions of a cuvil_compile target")
-    return actions[0] if actions else None
+    asserts.equals(
+        env,
+        ["CuvilCompile", "Symlink", "Symlink"],
+        sorted([a.mnemonic for a in actions]),
+        "actions of a cuvil_compile target",
+    )
+    compiles = [a for a in actions if a.mnemonic == "CuvilCompile"]
+    return compiles[0] if compiles else None
 
 def _check_compile(env, target, llvm_triple, cpu, features, quantization, model = "mlp", precision = "f32"):
     action = _only_compile_action(env)
@@ -35,6 +42,11 @@ def _check_compile(env, target, llvm_triple, cpu, features, quantization, model 
     asserts.equals(env, quantization, _flag(argv, "--quantization"), "--quantization")
     asserts.equals(env, precision, _flag(argv, "--precision"), "--precision")
     asserts.true(env, llvm_triple in action.mnemonic + " " + str(argv), "triple on the command line")
+
+    # One directory per quantization and precision: switching keeps both results.
+    variant = "%s.%s-%s/%s" % (model, quantization, precision, model)
+    for f in action.outputs.to_list():
+        asserts.true(env, f.short_path.endswith("/" + variant + f.basename[len(model):]), "output " + f.short_path)
 
     # Every input declared: the bundle, the config, the lock file, the compiler.
     inputs = [f.short_path for f in action.inputs.to_list()]

@@ -20,11 +20,12 @@ def _tail(text: str, lines: int = 60) -> str:
 
 
 class Bazel:
-    """`bazel --output_base=<own dir> COMMAND ...` in the repository, with
+    """`bazel --output_base=<own dir> COMMAND ...` in the repository (or `workspace`), with
     $CUVIL_BAZEL_JOBS (default 2) jobs and no convenience symlinks in the workspace."""
 
-    def __init__(self, output_base: Path):
+    def __init__(self, output_base: Path, workspace: Path = REPO):
         self.output_base = output_base
+        self.workspace = workspace
         if shutil.which(BAZEL) is None:
             pytest.fail(f"{BAZEL!r} is not on PATH: run `make setup` (installs bazel-bootstrap)")
 
@@ -33,7 +34,7 @@ class Bazel:
         if command in ("build", "test", "run", "info"):
             cmd += [f"--jobs={os.environ.get('CUVIL_BAZEL_JOBS', '2')}", "--symlink_prefix=/"]
         cmd += list(args)
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=self.workspace, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             pytest.fail(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{_tail(proc.stderr)}")
         return proc
@@ -48,7 +49,7 @@ class Bazel:
         return self._bin / path
 
     def shutdown(self):
-        subprocess.run([BAZEL, f"--output_base={self.output_base}", "shutdown"], cwd=REPO,
+        subprocess.run([BAZEL, f"--output_base={self.output_base}", "shutdown"], cwd=self.workspace,
                        capture_output=True, timeout=300)
         _rmtree(self.output_base)
 

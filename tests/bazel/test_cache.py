@@ -41,8 +41,7 @@ def test_clean_rebuild_is_all_disk_cache_hits(fresh_bazel, tmp_path):
 
 
 def test_reexecuted_stages_give_identical_bytes(fresh_bazel):
-    outputs = ["tests/bazel/mlp.o", "tests/bazel/mlp.weights.o", "tests/bazel/mlp.h", "tests/bazel/mlp.json",
-               "tests/bazel/mlp_app.c"]
+    outputs = [f"tests/bazel/mlp.none-f32/mlp{ext}" for ext in (".o", ".weights.o", ".h", ".json", "_app.c")]
     fresh_bazel.build("//tests/bazel:mlp_host")
     before = _digests(fresh_bazel, outputs)
     output_path = Path(fresh_bazel("info", "output_path").stdout.strip())

@@ -155,15 +155,6 @@ def _vector_norm(low, a):
     return low.op("cuvil.sqrt", sq)
 
 
-@handles("flip")
-def _flip(low, a):
-    x = a["self"]
-    v = x.defining_op
-    if v is not None and v.name == "cuvil.constant":
-        return low.const(np.ascontiguousarray(np.flip(v.value, [norm_dim(d, x.type.rank) for d in a["dims"]])))
-    raise UnsupportedOpError("flip of a computed tensor is not supported")
-
-
 @handles("stack")
 def _stack(low, a):
     ts = list(a["tensors"])

@@ -3,9 +3,11 @@ split, pad, ...), upsampling and gathers to Cuvil IR, registered into the HANDLE
 of torch_ops.py."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import UnsupportedOpError
 from ..ir import Value
-from .graph import slice_dim, symbolic_slice
+from .graph import const_array, slice_dim, symbolic_slice
 from .torch_ops import handles, norm_dim
 
 
@@ -180,3 +182,68 @@ def _embedding(low, a):
 def _index_select(low, a):
     x = a["self"]
     return low.op("cuvil.gather", x, a["index"], axis=norm_dim(a["dim"], x.type.rank))
+
+
+# -- flip, roll, diff ---------------------------------------------------------------------
+def _static_dim(x: Value, d: int, what: str) -> int:
+    n = x.shape[d]
+    if not isinstance(n, int):
+        raise UnsupportedOpError(f"aten.{what} along the symbolic dim {n} is not supported")
+    return n
+
+
+@handles("flip")
+def _flip(low, a):
+    """A constant is flipped at capture; a computed tensor by a gather of reversed indices."""
+    x = a["self"]
+    dims = sorted({norm_dim(d, max(x.type.rank, 1)) for d in a["dims"]}) if x.type.rank else []
+    value = const_array(x)
+    if value is not None:
+        return low.const(np.ascontiguousarray(np.flip(value, dims)))
+    for d in dims:
+        n = _static_dim(x, d, "flip")
+        if n > 1:
+            x = low.op("cuvil.gather", x, low.const(np.arange(n - 1, -1, -1, dtype=np.int64)), axis=d)
+    return x
+
+
+def _roll_dim(low, x: Value, shift: int, d: int) -> Value:
+    n = _static_dim(x, d, "roll")
+    s = shift % n if n else 0
+    if s == 0:
+        return x
+    return low.op("cuvil.concat", _slice(low, x, d, n - s, n, 1), _slice(low, x, d, 0, n - s, 1), axis=d)
+
+
+@handles("roll")
+def _roll(low, a):
+    """Two slices and a concat per rolled dim; without dims, over the flattened tensor."""
+    x, shifts, dims = a["self"], list(a["shifts"]), list(a.get("dims") or [])
+    if not dims:
+        flat = _roll_dim(low, low.reshape(x, [x.type.numel]), shifts[0], 0)
+        return low.reshape(flat, list(x.shape))
+    for shift, d in zip(shifts, dims):
+        x = _roll_dim(low, x, int(shift), norm_dim(d, x.type.rank))
+    return x
+
+
+@handles("diff")
+def _diff(low, a):
+    """x[1:] - x[:-1] along dim, n times, after concatenating prepend and append (a
+    bool tensor's difference is its xor, as in torch)."""
+    x, n = a["self"], int(a.get("n", 1))
+    if n == 0:  # torch returns the input itself, without prepend / append
+        return x
+    t = low.meta_type()
+    if t.is_static and 0 in t.shape:  # n past the dim's size: an empty result
+        return low.const(np.zeros(t.shape, t.np_dtype))
+    d = norm_dim(a.get("dim", -1), x.type.rank)
+    parts = [p if p.type.rank == x.type.rank else low.reshape(p, [1] * x.type.rank)
+             for p in (a.get("prepend"), x, a.get("append")) if p is not None]
+    if len(parts) > 1:
+        x = low.op("cuvil.concat", *[low.cast(p, x.dtype) for p in parts], axis=d)
+    for _ in range(n):
+        size = _static_dim(x, d, "diff")
+        hi, lo = _slice(low, x, d, 1, size, 1), _slice(low, x, d, 0, size - 1, 1)
+        x = low.op("cuvil.ne" if x.dtype == "bool" else "cuvil.sub", hi, lo)
+    return x
