@@ -92,6 +92,7 @@ STATIC_OPERANDS = {
     "Slice": {1, 2, 3, 4}, "Split": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Pad": {1, 2, 3},
     "Clip": {1, 2}, "Dropout": {1, 2},
     "Loop": {0, 1},  # scan outputs need a constant trip count and condition (their length)
+    "NonMaxSuppression": {2, 3, 4},  # the per-class limit and thresholds are attributes of cuvil.nms
     **{op: {1} for op in (
         "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare",
         "ReduceLogSum", "ReduceLogSumExp")},

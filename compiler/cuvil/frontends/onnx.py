@@ -26,7 +26,7 @@ from .onnx_common import HANDLERS, cuvil_dtype
 def handlers() -> dict:
     """Op type -> handler, for every op the frontend lowers. The handler modules fill the
     table when imported: here, not at the top, so that importing this module stays cheap."""
-    from . import onnx_control, onnx_ops, onnx_shape_ops  # noqa: F401
+    from . import onnx_control, onnx_dynamic, onnx_ops, onnx_shape_ops  # noqa: F401
     return HANDLERS
 
 
