@@ -196,3 +196,31 @@ def test_if_nested_in_a_loop_body():
     x = np.array([1.0, -3.0, 2.5, 0.25], np.float32)
     module = check(m, [[np.array(n, np.int64), x] for n in (0, 1, 4, 9)])
     assert control_ops(module) == ["cuvil.if", "cuvil.while"]
+
+
+# -- data-dependent sizes ------------------------------------------------------------------------
+def test_nonzero_and_a_gather_after_it():
+    nodes = [helper.make_node("Greater", ["x", "t"], ["m"]), helper.make_node("NonZero", ["m"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["rows"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "rows"], ["picked"])]
+    t = numpy_helper.from_array(np.float32(0.3), "t")
+    m = model(nodes, [vi("x", F, [3, 5])], [vi("nz", I64, [2, 15]), vi("picked", F, [15])], [t])
+    rng = np.random.default_rng(3)
+    cases = [[(rng.standard_normal((3, 5)) + s).astype(np.float32)] for s in (0.0, -9.0, 9.0, 0.5)]
+    try:
+        check(m, cases)
+    except UnsupportedOpError as e:  # GatherND is not in the frontend: NonZero alone then
+        assert "GatherND" in str(e)
+        m = model(nodes[:2], [vi("x", F, [3, 5])], [vi("nz", I64, [2, 15])], [t])
+        check(m, cases)
+
+
+@pytest.mark.parametrize("is_sorted", [1, 0])
+def test_unique_sorted_and_in_order_of_first_occurrence(is_sorted):
+    node = helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], sorted=is_sorted)
+    m = model([node], [vi("x", F, [12])], [vi("y", F, [12]), vi("first", I64, [12]), vi("inverse", I64, [12]),
+                                           vi("counts", I64, [12])])
+    rng = np.random.default_rng(4)
+    cases = [[rng.integers(-3, 4, 12).astype(np.float32)] for _ in range(3)]
+    cases += [[np.full(12, 2.5, np.float32)], [np.arange(12, dtype=np.float32)[::-1].copy()]]
+    check(m, cases)

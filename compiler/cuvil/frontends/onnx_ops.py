@@ -490,3 +490,57 @@ def _softmax(opname):
 handles("Softmax")(_softmax("cuvil.softmax"))
 handles("LogSoftmax")(_softmax("cuvil.log_softmax"))
 
+
+
+# -- data-dependent sizes (ir/ops/dynamic.py) ---------------------------------------------------
+def _produced(low, kind: str, bound: int) -> str:
+    """A fresh produced dim (bounds [0, bound]) for a data-dependent size."""
+    bounds = low.fn.attrs.setdefault("dim_bounds", {})
+    name, n = kind, 0
+    while name in bounds:
+        n += 1
+        name = f"{kind}{n}"
+    bounds[name] = [0, int(bound)]
+    return name
+
+
+def _count(x: Value, op: str) -> int:
+    if not x.type.is_static:
+        raise UnsupportedOpError(f"{op} of a tensor with symbolic dims ({x.type}) is not supported")
+    return int(np.prod(x.shape, dtype=np.int64)) if x.type.rank else 1
+
+
+@handles("NonZero")
+def _nonzero(low, node):
+    """[rank, count]: the transpose of cuvil.nonzero's rows."""
+    x = operand(low, node)
+    idx = low.op("cuvil.nonzero", low.cast(x, "bool"), size=_produced(low, "nonzero", _count(x, "NonZero")))
+    return low.transpose(idx, [1, 0])
+
+
+@handles("Unique")
+def _unique(low, node):
+    """Sorted distinct values of the flattened input, the index of each one's first
+    occurrence, each element's index among them, and their counts."""
+    x = operand(low, node)
+    if node.attr("axis") is not None:
+        raise UnsupportedOpError("Unique along an axis is not supported (the flattened form is)")
+    flat = low.reshape(x, [_count(x, "Unique")])
+    values = low.op("cuvil.unique", flat, size=_produced(low, "unique", _count(x, "Unique")))
+    u = values.shape[0]
+    same = low.op("cuvil.eq", low.reshape(values, [u, 1]), low.reshape(flat, [1, flat.shape[0]]))
+    first = low.op("cuvil.argmax", same, axis=1, keepdims=False)
+    outs = [values, first, low.op("cuvil.unique_inverse", flat, values), low.op("cuvil.unique_counts", flat, values)]
+    if node.attr("sorted", 1):
+        return outs
+    # sorted=0: in order of first occurrence. rank[i] = how many values occur before value
+    # i; perm[j] = the i of rank j (an argmax over rank == j, j = 0..u-1 being the values'
+    # own positions among themselves); every output is gathered through it.
+    earlier = low.op("cuvil.lt", low.reshape(first, [1, u]), low.reshape(first, [u, 1]))
+    rank = low.op("cuvil.reduce_sum", low.cast(earlier, "i64"), axes=[1], keepdims=False)
+    j = low.op("cuvil.unique_inverse", values, values)
+    perm = low.op("cuvil.argmax", low.op("cuvil.eq", low.reshape(rank, [1, u]), low.reshape(j, [u, 1])), axis=1,
+                  keepdims=False)
+    values, first, inverse, counts = outs
+    return [low.op("cuvil.gather", values, perm, axis=0), low.op("cuvil.gather", first, perm, axis=0),
+            low.op("cuvil.gather", rank, inverse, axis=0), low.op("cuvil.gather", counts, perm, axis=0)]

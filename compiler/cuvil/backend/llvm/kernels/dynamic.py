@@ -99,7 +99,7 @@ def k_unique(b, k: KernelArgs):
 def k_unique_inverse(b, k: KernelArgs):
     """Each element's index in the distinct values (binary search)."""
     xt, vt = k.in_types
-    n = prod(int(d) for d in xt.shape) if xt.rank else 1
+    n = i64(prod(xt.shape) if xt.rank else 1)  # values may be x itself (a produced size)
     u = i64(vt.shape[0])
     with for_range(b, n, name="e") as e:
         v = load(b, k.ins[0], e, xt.dtype)
@@ -109,7 +109,7 @@ def k_unique_inverse(b, k: KernelArgs):
 def k_unique_counts(b, k: KernelArgs):
     """How often each distinct value occurs: zeroed, then one increment per element."""
     xt, vt = k.in_types
-    n = prod(int(d) for d in xt.shape) if xt.rank else 1
+    n = i64(prod(xt.shape) if xt.rank else 1)  # values may be x itself (a produced size)
     u = i64(vt.shape[0])
     with for_range(b, u, name="z") as j:
         store(b, i64(0), k.out, j, "i64")
