@@ -185,3 +185,29 @@ def test_decoder_executable(target, tmp_path, monkeypatch):
         outs = {o["name"]: o["data"] for o in json.loads((tmp_path / f"out{k}.json").read_text())["outputs"]}
         n = int(np.asarray(outs["count"]).reshape(()))
         assert list(np.asarray(outs["tokens"]).reshape(-1)[:n]) == model.generate(prompt, limit), (prompt, limit)
+
+
+class Rnn(torch.nn.Module):
+    """An Elman RNN over time with torch's scan: the state and every step's output."""
+
+    def __init__(self, reverse: bool = False):
+        super().__init__()
+        self.cell, self.inp, self.reverse = torch.nn.Linear(6, 6), torch.nn.Linear(3, 6), reverse
+
+    def forward(self, h0, xs):
+        from torch._higher_order_ops.scan import scan
+
+        def step(h, x):
+            h = torch.tanh(self.cell(h) + self.inp(x))
+            return h, h.sum(-1)
+        return scan(step, h0, xs, reverse=self.reverse)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_runs_an_rnn_over_time(reverse):
+    torch.manual_seed(3)
+    model = Rnn(reverse).eval()
+    gen = torch.Generator().manual_seed(4)
+    cases = [(torch.randn(2, 6, generator=gen), torch.randn(7, 2, 3, generator=gen)) for _ in range(3)]
+    module = check_many(model, cases[0], cases, atol=ATOL)
+    assert [op.name for op in module.main.body.ops if op.regions] == ["cuvil.while"]

@@ -303,6 +303,15 @@ def symbolic_slice(low, v: Value, dim: int, start, end, step, what: str) -> Valu
     return _slice_op(low, v, dim, start, end, 1)
 
 
+def write_row(low, buf: Value, row: Value, i: Value) -> Value:
+    """buf with row i (a 0-d i64 value) replaced by `row`: how a loop body writes one
+    step's slice of a scan output it carries (a `where` over the rows)."""
+    n = buf.shape[0]
+    slots = low.const(np.arange(n, dtype=np.int64).reshape([n] + [1] * row.type.rank))
+    here = low.op("cuvil.eq", slots, i)
+    return low.op("cuvil.where", here, low.reshape(row, [1, *row.shape]), buf)
+
+
 def check_type(v: Value, shape, dtype: str | None, what: str) -> None:
     """Compare a lowered value with the framework's static type (None dims: unknown)."""
     if shape is not None and (len(shape) != v.type.rank or any(

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir import Function, TensorType, Value
-from .graph import const_array
+from .graph import const_array, write_row
 from .onnx_common import handles, operand
 
 
@@ -143,14 +143,6 @@ def _identity_of(graph, out_name: str, in_name: str) -> bool:
                for n in graph.node)
 
 
-def _write_row(low, buf: Value, row: Value, i: Value) -> Value:
-    """buf with row i (a 0-d i64) replaced by `row`."""
-    n = buf.shape[0]
-    slots = low.const(np.arange(n, dtype=np.int64).reshape([n] + [1] * row.type.rank))
-    here = low.op("cuvil.eq", slots, i)
-    return low.op("cuvil.where", here, low.reshape(row, [1, *row.shape]), buf)
-
-
 @handles("Loop")
 def _loop(low, node):
     body = node.attr("body")
@@ -205,7 +197,7 @@ def _loop(low, node):
                                      f"{init[k].type} to {v.type} in the body; its shape must stay the same")
         nxt.append(v)
     for k, v in enumerate(outs[1 + n_state:]):
-        nxt.append(_write_row(sub, sub.fn.args[2 + n_state + k], v, i))
+        nxt.append(write_row(sub, sub.fn.args[2 + n_state + k], v, i))
     body_fn = _close(sub, nxt, "body")
     results = low.b.control("cuvil.while", [*carried, *[v for _, v in passed]], [cond_fn, body_fn],
                             [v.type for v in carried], carried=len(carried))
@@ -270,7 +262,7 @@ def _scan(low, node):
         nxt.append(v)
     rev = sub.op("cuvil.sub", sub.const(np.int64(trips - 1)), i)
     for k, v in enumerate(outs[n_state:]):
-        nxt.append(_write_row(sub, sub.fn.args[1 + n_state + k], v, rev if out_dirs[k] else i))
+        nxt.append(write_row(sub, sub.fn.args[1 + n_state + k], v, rev if out_dirs[k] else i))
     body_fn = _close(sub, nxt, "body")
     results = low.b.control("cuvil.while", [*carried, *xs, *[v for _, v in passed]], [cond_fn, body_fn],
                             [v.type for v in carried], carried=len(carried))

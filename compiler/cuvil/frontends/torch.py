@@ -102,7 +102,7 @@ class Lowering:
         arr = np.asarray(value, dtype=DTYPES[dtype] if dtype else None)
         if arr.dtype == np.float64 and dtype is None:
             arr = arr.astype(np.float32)
-        if not name or name in self._names:
+        while not name or name in self._names:  # regions share _names but count on their own
             self._n += 1
             name = f"const.{self._n}"
         self._names.add(name)
@@ -353,7 +353,7 @@ def _dim_bounds(ep, symbols: dict[str, str], dim_bounds: dict) -> dict[str, list
     return bounds
 
 
-CONTROL_FLOW = ("cond", "while_loop")  # higher-order ops lowered by torch_control.py
+CONTROL_FLOW = ("cond", "while_loop", "scan")  # higher-order ops lowered by torch_control.py
 
 
 def _lower_node(low: Lowering, node) -> None:

@@ -11,8 +11,11 @@ outside. Python-level loops are unrolled by torch.export and never get here.
 """
 from __future__ import annotations
 
-from ..errors import FrontendError
-from ..ir import Function, Value
+import numpy as np
+
+from ..errors import FrontendError, UnsupportedOpError
+from ..ir import Function, TensorType, Value
+from .graph import write_row
 from .torch_ops import HANDLERS
 
 
@@ -87,5 +90,64 @@ def _while_loop(low, a):
                                [v.type for v in carried], carried=len(carried)))
 
 
+def _scan(low, a):
+    """scan(combine_fn, init, xs, additional): a cuvil.while over (step, carry..., ys...),
+    the ys being carried [length, ...] buffers whose row `step` the body writes; xs and
+    the additional inputs are invariants (constants among the latter sunk)."""
+    from .torch import cuvil_dtype
+    gm, init, xs, extra = a["args"][:4]
+    init, xs, extra = list(init), list(xs), list(extra)
+    if not xs or not all(isinstance(x, Value) and x.type.rank and isinstance(x.shape[0], int) for x in xs):
+        raise UnsupportedOpError("scan needs tensors with a static leading dim to scan over")
+    length = xs[0].shape[0]
+    n_c = len(init)
+    val = low.meta()
+    ys_t = [TensorType(tuple(low.dim(d) for d in t.shape), cuvil_dtype(t.dtype)) for t in list(val)[n_c:]]
+    bufs = [low.const(np.zeros([int(d) for d in t.shape], t.np_dtype)) for t in ys_t]
+    passed = [v for v in extra if not _constant(v)]
+    carried = [low.const(np.int64(0)), *init, *bufs]
+    names = ["step", *[f"carry{k}" for k in range(n_c)], *[f"ys{k}" for k in range(len(bufs))],
+             *[f"xs{k}" for k in range(len(xs))], *[f"extra{k}" for k in range(len(passed))]]
+    types = [v.type for v in [*carried, *xs, *passed]]
+
+    cond = low.sub(Function("cond", names, types))
+    cond.b.op_multi("cuvil.return", cond.op("cuvil.lt", cond.fn.args[0], cond.const(np.int64(length))))
+    cond.fn.output_names = ["cond0"]
+
+    body = low.sub(Function("body", names, types))
+    args = body.fn.args
+    step, carry_in = args[0], args[1:1 + n_c]
+    buf_in = args[1 + n_c:1 + n_c + len(bufs)]
+    xs_in = args[1 + n_c + len(bufs):1 + n_c + len(bufs) + len(xs)]
+    passed_in = iter(args[1 + n_c + len(bufs) + len(xs):])
+    placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
+    if len(placeholders) != n_c + len(xs) + len(extra):
+        raise FrontendError(f"the scan function takes {len(placeholders)} inputs, the op passes "
+                            f"{n_c + len(xs) + len(extra)}")
+    bound = [*carry_in, *[body.op("cuvil.gather", x, step, axis=0) for x in xs_in],
+             *[body.b.constant(v.defining_op.value, v.defining_op.attrs["name"]) if _constant(v) else next(passed_in)
+               for v in extra]]
+    for p, v in zip(placeholders, bound):
+        body.env[p] = v
+    outs = None
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            body.lower_node(node)
+        elif node.op == "get_attr":
+            body.env[node] = getattr(gm, node.target)
+        elif node.op == "output":
+            outs = list(body.value(node.args[0]))
+    low._n = body._n
+    nxt = [body.op("cuvil.add", step, body.const(np.int64(1))), *outs[:n_c],
+           *[write_row(body, b, y, step) for b, y in zip(buf_in, outs[n_c:])]]
+    body.b.loc = ""
+    body.b.op_multi("cuvil.return", *nxt)
+    body.fn.output_names = [f"body{k}" for k in range(len(nxt))]
+    results = low.b.control("cuvil.while", [*carried, *xs, *passed], [cond.fn, body.fn], [v.type for v in carried],
+                            carried=len(carried))
+    return tuple(results[1:])
+
+
 HANDLERS["cond"] = _cond
 HANDLERS["while_loop"] = _while_loop
+HANDLERS["scan"] = _scan
