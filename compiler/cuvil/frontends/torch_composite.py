@@ -74,6 +74,19 @@ def _group_norm(low, a):
     return y if low.node.target._schema.name == "aten::group_norm" else [y, None, None]
 
 
+@handles("rms_norm")
+def _rms_norm(low, a):
+    """x / sqrt(mean(x^2 over the normalised dims) + eps) * weight; eps defaults to the
+    dtype's machine epsilon, as in torch."""
+    x, k = a["input"], len(a["normalized_shape"])
+    eps = a.get("eps")
+    eps = float(np.finfo(x.type.np_dtype).eps) if eps is None else float(eps)
+    axes = list(range(x.type.rank - k, x.type.rank))
+    ms = low.op("cuvil.reduce_mean", low.op("cuvil.mul", x, x), axes=axes, keepdims=True)
+    y = low.op("cuvil.mul", x, low.op("cuvil.rsqrt", low.op("cuvil.add", ms, low.const(np.asarray(eps), x.dtype))))
+    return y if a.get("weight") is None else low.op("cuvil.mul", y, a["weight"])
+
+
 @handles("instance_norm")
 def _instance_norm(low, a):
     if a.get("use_input_stats") is False:
@@ -142,17 +155,6 @@ def _index(low, a):
     if t.dtype == "bool":
         raise UnsupportedOpError("boolean-mask indexing has a data-dependent shape and is not supported")
     return low.op("cuvil.gather", x, low.cast(t, "i64"), axis=d)
-
-
-@handles("linalg_vector_norm", "norm")
-def _vector_norm(low, a):
-    x = a["self"] if "self" in a else a["input"]
-    order = a.get("ord", a.get("p", 2))
-    if order not in (2, 2.0, None):
-        raise UnsupportedOpError(f"vector norm of order {order} is not supported (only 2)")
-    axes = reduce_axes(a.get("dim"), x.type.rank)
-    sq = low.op("cuvil.reduce_sum", low.op("cuvil.mul", x, x), axes=axes, keepdims=bool(a.get("keepdim", False)))
-    return low.op("cuvil.sqrt", sq)
 
 
 @handles("stack")

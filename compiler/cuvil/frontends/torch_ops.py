@@ -327,6 +327,9 @@ def _t(low, a):
 # -- convolution ------------------------------------------------------------------------
 def _conv(low, x, w, b, stride, padding, dilation, groups):
     nd = w.type.rank - 2
+    if x.type.rank == nd + 1:  # unbatched: [C, *S]
+        y = _conv(low, low.reshape(x, [1, *x.shape]), w, b, stride, padding, dilation, groups)
+        return low.reshape(y, list(y.shape[1:]))
     if nd == 1:  # conv1d as a conv2d with height 1
         x = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
         w = low.reshape(w, [w.shape[0], w.shape[1], 1, w.shape[2]])
@@ -395,7 +398,15 @@ def _layer_norm(low, a):
     if a["weight"] is None and a["bias"] is not None:
         params = [low.const(np.ones(x.shape[-k:], np.float32)), a["bias"]]
     y = low.op("cuvil.layer_norm", x, *params, num_axes=k, eps=float(a["eps"]))
-    return y if low.node.target._schema.name == "aten::layer_norm" else [y, None, None]
+    if low.node.target._schema.name == "aten::layer_norm":
+        return y
+    # native_layer_norm's mean and 1/std over the normalised dims (kept as size 1)
+    axes = list(range(x.type.rank - k, x.type.rank))
+    mean = low.op("cuvil.reduce_mean", x, axes=axes, keepdims=True)
+    d = low.op("cuvil.sub", x, mean)
+    var = low.op("cuvil.reduce_mean", low.op("cuvil.mul", d, d), axes=axes, keepdims=True)
+    rstd = low.op("cuvil.rsqrt", low.op("cuvil.add", var, low.const(np.asarray(float(a["eps"])), x.dtype)))
+    return [y, mean, rstd]
 
 
 # -- reductions and softmax -----------------------------------------------------------------

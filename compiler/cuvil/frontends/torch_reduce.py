@@ -92,3 +92,32 @@ def _cumulative(low, a):
         raise UnsupportedOpError(f"aten.cumsum/cumprod over the symbolic shape {list(x.shape)} is not supported")
     which = "cuvil.cumsum" if "cumsum" in low.node.target._schema.name else "cuvil.cumprod"
     return low.op(which, x, axis=norm_dim(int(a["dim"]), max(x.type.rank, 1)) if x.type.rank else 0)
+
+
+@handles("linalg_vector_norm", "norm")
+def _vector_norm(low, a):
+    """Vector norms of every order: max / min |x| (+-inf), the count of nonzeros (0),
+    sum |x| (1), sqrt(sum x^2) (2), (sum |x|^p)^(1/p) otherwise; 'fro' is 2."""
+    x = a["self"] if "self" in a else a["input"]
+    order = a.get("ord", a.get("p", 2))
+    order = 2.0 if order in (None, "fro") else order
+    if isinstance(order, str):
+        raise UnsupportedOpError(f"norm of order {order!r} is not supported")
+    order = float(order)
+    dtype = low.meta_type().dtype
+    x = low.cast(x, dtype)
+    axes = reduce_axes(_dims(a), x.type.rank)
+    keep = bool(a.get("keepdim", False))
+    ax = low.op("cuvil.abs", x)
+    if order in (np.inf, -np.inf):
+        return low.op("cuvil.reduce_max" if order > 0 else "cuvil.reduce_min", ax, axes=axes, keepdims=keep)
+    if order == 0:
+        nz = low.cast(low.op("cuvil.ne", x, low.const(np.zeros(()), dtype)), dtype)
+        return low.op("cuvil.reduce_sum", nz, axes=axes, keepdims=keep)
+    if order == 1:
+        return low.op("cuvil.reduce_sum", ax, axes=axes, keepdims=keep)
+    if order == 2:
+        return low.op("cuvil.sqrt", low.op("cuvil.reduce_sum", low.op("cuvil.mul", x, x), axes=axes, keepdims=keep))
+    powered = low.op("cuvil.pow", ax, low.const(np.asarray(order), dtype))
+    total = low.op("cuvil.reduce_sum", powered, axes=axes, keepdims=keep)
+    return low.op("cuvil.pow", total, low.const(np.asarray(1.0 / order), dtype))

@@ -132,12 +132,12 @@ def _getitem(low, a):
 def _pad(low, a):
     x = a["self"] if "self" in a else a["input"]
     mode = a.get("mode", "constant")
-    if mode != "constant":
-        raise UnsupportedOpError(f"pad mode {mode!r} is not supported (only 'constant')")
     flat = list(a["pad"])
     pads = [[0, 0] for _ in range(x.type.rank)]
     for i in range(len(flat) // 2):  # torch lists the last dim first
         pads[x.type.rank - 1 - i] = [flat[2 * i], flat[2 * i + 1]]
+    if mode != "constant":
+        return _pad_by_index(low, x, pads, mode)
     value = float(a.get("value") or 0.0)
     # Negative padding crops.
     for d, (lo, hi) in enumerate(pads):
@@ -147,6 +147,30 @@ def _pad(low, a):
     if all(p == [0, 0] for p in pads):
         return x
     return low.op("cuvil.pad", x, pads=pads, value=value)
+
+
+def _pad_by_index(low, x: Value, pads, mode: str) -> Value:
+    """reflect / replicate / circular padding (or cropping, for negative pads): per padded
+    dim, a gather of the source index of every output position."""
+    for d, (lo, hi) in enumerate(pads):
+        if lo == 0 and hi == 0:
+            continue
+        n = _static_dim(x, d, f"pad (mode {mode!r})")
+        if mode == "circular" and (lo < 0 or hi < 0):  # torch crops first, then wraps around what is left
+            x = _slice(low, x, d, max(-lo, 0), n - max(-hi, 0), 1)
+            n, lo, hi = int(x.shape[d]), max(lo, 0), max(hi, 0)
+        j = np.arange(-lo, n + hi)
+        if mode == "replicate":
+            idx = np.clip(j, 0, n - 1)
+        elif mode == "circular":
+            idx = j % n
+        elif mode == "reflect":
+            k = np.abs(j) % max(2 * n - 2, 1)
+            idx = np.where(k >= n, 2 * n - 2 - k, k)
+        else:
+            raise UnsupportedOpError(f"pad mode {mode!r} is not supported")
+        x = low.op("cuvil.gather", x, low.const(idx.astype(np.int64)), axis=d)
+    return x
 
 
 # -- upsampling ----------------------------------------------------------------------------
@@ -180,8 +204,11 @@ def _embedding(low, a):
 
 @handles("index_select")
 def _index_select(low, a):
-    x = a["self"]
-    return low.op("cuvil.gather", x, a["index"], axis=norm_dim(a["dim"], x.type.rank))
+    x, idx = a["self"], a["index"]
+    if x.type.rank == 0:  # a 0-d tensor's only element, once per index
+        y = low.op("cuvil.gather", low.reshape(x, [1]), low.reshape(idx, [idx.type.numel]), axis=0)
+        return low.reshape(y, list(low.meta_type().shape))
+    return low.op("cuvil.gather", x, idx, axis=norm_dim(a["dim"], x.type.rank))
 
 
 # -- flip, roll, diff ---------------------------------------------------------------------
@@ -247,3 +274,39 @@ def _diff(low, a):
         hi, lo = _slice(low, x, d, 1, size, 1), _slice(low, x, d, 0, size - 1, 1)
         x = low.op("cuvil.ne" if x.dtype == "bool" else "cuvil.sub", hi, lo)
     return x
+
+
+# -- pixel shuffle, meshgrid ------------------------------------------------------------
+@handles("pixel_shuffle", "pixel_unshuffle")
+def _pixel_shuffle(low, a):
+    """[*, C*r*r, H, W] <-> [*, C, H*r, W*r] as a reshape, a transpose and a reshape."""
+    x = a["self"]
+    lead, (c, h, w) = list(x.shape[:-3]), x.shape[-3:]
+    n = len(lead)
+    if low.node.target._schema.name.endswith("unshuffle"):
+        r = int(a["downscale_factor"])
+        y = low.reshape(x, [*lead, c, h // r, r, w // r, r])
+        perm = [*range(n), n, n + 2, n + 4, n + 1, n + 3]
+    else:
+        r = int(a["upscale_factor"])
+        y = low.reshape(x, [*lead, c // (r * r), r, r, h, w])
+        perm = [*range(n), n, n + 3, n + 1, n + 4, n + 2]
+    y = low.op("cuvil.transpose", y, perm=perm)
+    return low.reshape(y, list(low.meta_type().shape))
+
+
+@handles("meshgrid")
+def _meshgrid(low, a):
+    """Each 1-D (or 0-d) input reshaped along its own dim and broadcast to the grid;
+    indexing='xy' swaps the first two dims of the grid."""
+    ts = list(a["tensors"])
+    xy = a.get("indexing") == "xy" and len(ts) >= 2
+    sizes = [t.type.numel if t.type.rank else 1 for t in ts]
+    order = [1, 0, *range(2, len(ts))] if xy else list(range(len(ts)))
+    shape = [sizes[i] for i in order]
+    outs = []
+    for i, t in enumerate(ts):
+        view = [1] * len(ts)
+        view[order.index(i)] = sizes[i]
+        outs.append(low.op("cuvil.broadcast_to", low.reshape(t, view), shape=shape))
+    return outs
