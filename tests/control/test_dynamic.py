@@ -157,3 +157,57 @@ def test_unique_sorted_with_inverse_and_counts(dtype):
 def test_unique_values_alone_every_rank(shape):
     gen = torch.Generator().manual_seed(1)
     check_cases(lambda x: torch.unique(x), [(torch.randint(-3, 3, shape, generator=gen),) for _ in range(3)])
+
+
+BRANCH_UNIQUE_PY = '''\
+import torch
+
+
+class BranchUnique(torch.nn.Module):
+    """A branch taken by the data, and the distinct row counts of positive entries."""
+
+    def forward(self, x):
+        y = torch.cond(x.sum() > 0, lambda x: x * 2.0 + 1.0, lambda x: x.abs() - 3.0, (x,))
+        values, counts = torch.unique((x > 0).sum(1), return_counts=True)
+        return y, values, counts
+
+
+def cuvil_entry():
+    return BranchUnique().eval(), (torch.zeros(6, 5),)
+'''
+BRANCH_UNIQUE_YAML = '''\
+model:
+  framework: pytorch
+  name: branch_unique
+  source: model.py
+  entry: cuvil_entry
+inputs:
+  - {name: x, shape: [6, 5], dtype: f32}
+outputs:
+  - name: y
+  - name: values
+  - name: counts
+'''
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_cond_and_unique_executable(target, tmp_path):
+    from cuvil.build import build
+    from cuvil.config import load_config
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "model.py").write_text(BRANCH_UNIQUE_PY)
+    (tmp_path / "p" / "config.yaml").write_text(BRANCH_UNIQUE_YAML)
+    cfg = load_config(tmp_path / "p" / "config.yaml", target=None if target == "host" else target)
+    exe = build(cfg, tmp_path / ("bu.wasm" if target == "wasm32-wasi" else "bu"), cache_dir=tmp_path / "c",
+                log=lambda s: None)
+    rng = np.random.default_rng(5)
+    for k, shift in enumerate((1.0, -1.0, 0.2, 6.0)):
+        x = (rng.standard_normal((6, 5)) + shift).astype(np.float32)
+        np.save(tmp_path / f"x{k}.npy", x)
+        run(exe, "--input", tmp_path / f"x{k}.npy", "--output", tmp_path / f"o{k}.json")
+        outs = {o["name"]: o for o in json.loads((tmp_path / f"o{k}.json").read_text())["outputs"]}
+        y = x * 2 + 1 if x.sum() > 0 else np.abs(x) - 3
+        values, counts = np.unique((x > 0).sum(1), return_counts=True)
+        np.testing.assert_allclose(np.asarray(outs["y"]["data"], np.float32).reshape(6, 5), y, rtol=0, atol=1e-6)
+        assert outs["values"]["shape"] == [len(values)] and outs["counts"]["shape"] == [len(values)]
+        assert outs["values"]["data"] == values.tolist() and outs["counts"]["data"] == counts.tolist()
