@@ -176,3 +176,38 @@ def test_truncated_regions_are_a_parse_error(cut):
     text = WHILE.replace(cut, "", 1)
     with pytest.raises(ParseError):
         parsed(text)
+
+
+DYNAMIC = '''\
+func @main(%0: tensor<[2, 3], f32> "x") -> ("idx", "picked", "values", "inverse", "counts") attributes {dim_bounds = {nonzero = [0, 6], unique = [0, 6]}} {
+  %1 = cuvil.constant() {name = "zero"} : tensor<[], f32>
+  %2 = cuvil.gt(%0, %1) {} : tensor<[2, 3], bool>
+  %3 = cuvil.nonzero(%2) {size = "nonzero"} : tensor<[nonzero, 2], i64>
+  %4 = cuvil.reshape(%0) {shape = [6]} : tensor<[6], f32>
+  %5 = cuvil.unique(%4) {size = "unique"} : tensor<[unique], f32>
+  %6 = cuvil.unique_inverse(%4, %5) {} : tensor<[6], i64>
+  %7 = cuvil.unique_counts(%4, %5) {} : tensor<[unique], i64>
+  %8 = cuvil.gather(%5, %6) {axis = 0} : tensor<[6], f32>
+  cuvil.return(%3, %8, %5, %6, %7)
+}
+'''
+
+
+def test_data_dependent_ops_golden_text_interpreter_and_native():
+    module = cir.parse_module(DYNAMIC, {"zero": np.array(0.0, np.float32)})
+    cir.verify(module)
+    assert cir.print_module(module) == DYNAMIC
+    x = np.array([[1.5, -2.0, 1.5], [0.0, 3.0, -2.0]], np.float32)
+    values, inverse, counts = np.unique(x.reshape(-1), return_inverse=True, return_counts=True)
+    want = [np.argwhere(x > 0), values[inverse], values, inverse.reshape(-1), counts]
+    for got in (cir.run(module, [x]), cuvil.compile(cir.parse_module(DYNAMIC, {"zero": np.array(0.0, np.float32)}))(x)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert np.shape(g) == w.shape
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_produced_dim_needs_its_size_attribute():
+    text = DYNAMIC.replace('cuvil.nonzero(%2) {size = "nonzero"}', "cuvil.nonzero(%2) {}")
+    with pytest.raises((VerifyError, ParseError), match="size"):
+        cir.verify(cir.parse_module(text, {"zero": np.array(0.0, np.float32)}))
