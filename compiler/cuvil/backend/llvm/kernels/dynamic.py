@@ -138,32 +138,72 @@ def _std_min(b, x, y):
     return b.select(b.fcmp_ordered("<", y, x), y, x)
 
 
+def _while(b, name: str, cond):
+    """Start a loop that runs while cond(b) (emitted at the top of each trip) is true and
+    leave the builder in its body; returns (head, exit): the body ends by branching to
+    head (next trip) or exit, where the caller then continues."""
+    head, body, done = (b.append_basic_block(f"{name}.{s}") for s in ("head", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    b.cbranch(cond(b), body, done)
+    b.position_at_end(body)
+    return head, done
+
+
+def _sift_down(b, heap, first: ir.Value, end: ir.Value, later) -> None:
+    """Heapsort's sift-down of heap[first] within heap[:end] (box indices), `later(x, y)`
+    whether box x is ordered after box y (the heap's root is the last box)."""
+    root = alloca_in_entry(b, I64)
+    b.store(first, root)
+    head, done = _while(b, "sift", lambda b: b.icmp_signed("<", b.add(b.mul(b.load(root), i64(2)), i64(1)), end))
+    r = b.load(root)
+    child = b.add(b.mul(r, i64(2)), i64(1))
+    right = b.add(child, i64(1))
+    right_ok = b.icmp_signed("<", right, end)
+    other = b.select(right_ok, right, child)
+    vc, vo = load(b, heap, child, "i64"), load(b, heap, other, "i64")
+    pick = b.select(b.and_(right_ok, later(vo, vc)), other, child)
+    vr, vp = load(b, heap, r, "i64"), load(b, heap, pick, "i64")
+    swap = b.append_basic_block("sift.swap")
+    b.cbranch(later(vp, vr), swap, done)
+    b.position_at_end(swap)
+    store(b, vp, heap, r, "i64")
+    store(b, vr, heap, pick, "i64")
+    b.store(pick, root)
+    b.branch(head)
+    b.position_at_end(done)
+
+
 def k_nms(b, k: KernelArgs):
     """Greedy non-maximum suppression (ir/ops/dynamic.py Nms), in the result's buffer
-    (planned for all N boxes): first each box's place in the order, counted over all
-    boxes (O(N^2)), then one pass over that order that moves each kept box to the end of
-    the kept ones after comparing it with them (float32 IoU as the reference, no fused
-    multiply-adds)."""
+    (planned for all N boxes): the box indices heapsorted into the order (in place,
+    O(N log N)), then one pass over that order that appends each kept box after the kept
+    ones. A box is compared with the kept boxes newest first and stops at the first that
+    suppresses it; in by_class order, at the first of another class (a class's kept
+    boxes are the last ones). float32 IoU as the reference, no fused multiply-adds."""
     boxes, scores = k.ins[0], k.ins[1]
     idxs = k.ins[2] if len(k.ins) > 2 else None
     by_class = bool(k.attrs.get("by_class"))
-    n = k.in_types[1].shape[0]
-    zero_i = i64(0)
+    n = i64(k.in_types[1].shape[0])
+    zero_i, true = i64(0), ir.Constant(ir.IntType(1), 1)
 
     def cls(i):
         return load(b, idxs, i, "i64") if idxs is not None else zero_i
 
-    # place of box i = the number of boxes before it
-    place = alloca_in_entry(b, I64)
-    with for_range(b, n, name="i") as i:
-        si, ci = load(b, scores, i, "f32"), cls(i)
-        b.store(zero_i, place)
-        with for_range(b, n, name="j") as j:
-            before = _nms_before(b, load(b, scores, j, "f32"), si, cls(j), ci, j, i, by_class)
-            b.store(b.add(b.load(place), b.zext(before, I64)), place)
-        store(b, i, k.out, b.load(place), "i64")
+    def later(x, y):  # box x after box y in the order
+        return _nms_before(b, load(b, scores, y, "f32"), load(b, scores, x, "f32"), cls(y), cls(x), y, x, by_class)
 
-    count, keep, same = alloca_in_entry(b, I64), alloca_in_entry(b, ir.IntType(1)), alloca_in_entry(b, I64)
+    with for_range(b, n, name="i") as i:
+        store(b, i, k.out, i, "i64")
+    with for_range(b, -1, start=b.sub(b.sdiv(n, i64(2)), i64(1)), step=-1, name="h") as h:
+        _sift_down(b, k.out, h, n, later)
+    with for_range(b, 0, start=b.sub(n, i64(1)), step=-1, name="e") as e:
+        top, last = load(b, k.out, zero_i, "i64"), load(b, k.out, e, "i64")
+        store(b, last, k.out, zero_i, "i64")
+        store(b, top, k.out, e, "i64")
+        _sift_down(b, k.out, zero_i, e, later)
+
+    count, keep, same, q = (alloca_in_entry(b, t) for t in (I64, ir.IntType(1), I64, I64))
     b.store(zero_i, count)
     thr = ir.Constant(ir.DoubleType(), float(k.attrs["iou_threshold"]))
     f0 = ir.Constant(ir.FloatType(), 0.0)
@@ -174,28 +214,33 @@ def k_nms(b, k: KernelArgs):
             ok = b.fcmp_ordered(">", b.fpext(load(b, scores, i, "f32"), ir.DoubleType()),
                                 ir.Constant(ir.DoubleType(), float(k.attrs["score_threshold"])))
         else:
-            ok = ir.Constant(ir.IntType(1), 1)
+            ok = true
         b.store(ok, keep)
         b.store(zero_i, same)
         with b.if_then(ok):
             x1, y1, x2, y2 = (load(b, boxes, b.add(b.mul(i, i64(4)), i64(c)), "f32") for c in range(4))
             area = b.fmul(b.fsub(x2, x1), b.fsub(y2, y1))
-            with for_range(b, b.load(count), name="q") as q:
-                kk = load(b, k.out, q, "i64")
-                kx1, ky1, kx2, ky2 = (load(b, boxes, b.add(b.mul(kk, i64(4)), i64(c)), "f32") for c in range(4))
-                w = _std_max(b, f0, b.fsub(_std_min(b, kx2, x2), _std_max(b, kx1, x1)))
-                h = _std_max(b, f0, b.fsub(_std_min(b, ky2, y2), _std_max(b, ky1, y1)))
-                inter = b.fmul(w, h)
-                karea = b.fmul(b.fsub(kx2, kx1), b.fsub(ky2, ky1))
-                iou = b.fdiv(inter, b.fsub(b.fadd(karea, area), inter))
-                hit = b.fcmp_ordered(">", b.fpext(iou, ir.DoubleType()), thr)
-                if idxs is not None:
-                    same_class = b.icmp_signed("==", cls(kk), ci)
-                    hit = b.and_(hit, same_class)
-                    b.store(b.add(b.load(same), b.zext(same_class, I64)), same)
-                else:
-                    b.store(b.add(b.load(same), i64(1)), same)
-                b.store(b.and_(b.load(keep), b.not_(hit)), keep)
+            b.store(b.load(count), q)
+            head, done = _while(b, "kept", lambda b: b.and_(b.icmp_signed(">", b.load(q), zero_i), b.load(keep)))
+            at = b.sub(b.load(q), i64(1))
+            b.store(at, q)
+            kk = load(b, k.out, at, "i64")
+            same_class = b.icmp_signed("==", cls(kk), ci) if idxs is not None else true
+            if by_class:
+                compare = b.append_basic_block("kept.compare")
+                b.cbranch(same_class, compare, done)
+                b.position_at_end(compare)
+            b.store(b.add(b.load(same), b.zext(same_class, I64)), same)
+            kx1, ky1, kx2, ky2 = (load(b, boxes, b.add(b.mul(kk, i64(4)), i64(c)), "f32") for c in range(4))
+            w = _std_max(b, f0, b.fsub(_std_min(b, kx2, x2), _std_max(b, kx1, x1)))
+            h = _std_max(b, f0, b.fsub(_std_min(b, ky2, y2), _std_max(b, ky1, y1)))
+            inter = b.fmul(w, h)
+            karea = b.fmul(b.fsub(kx2, kx1), b.fsub(ky2, ky1))
+            iou = b.fdiv(inter, b.fsub(b.fadd(karea, area), inter))
+            hit = b.and_(b.fcmp_ordered(">", b.fpext(iou, ir.DoubleType()), thr), same_class)
+            b.store(b.not_(hit), keep)
+            b.branch(head)
+            b.position_at_end(done)
             if "max_per_class" in k.attrs:
                 under = b.icmp_signed("<", b.load(same), i64(int(k.attrs["max_per_class"])))
                 b.store(b.and_(b.load(keep), under), keep)
