@@ -211,3 +211,18 @@ def test_scan_runs_an_rnn_over_time(reverse):
     cases = [(torch.randn(2, 6, generator=gen), torch.randn(7, 2, 3, generator=gen)) for _ in range(3)]
     module = check_many(model, cases[0], cases, atol=ATOL)
     assert [op.name for op in module.main.body.ops if op.regions] == ["cuvil.while"]
+
+
+def test_weight_quantization_reaches_the_loop_body():
+    """fp16 weights inside the decoder's while body: the same tokens as the torch loop
+    (this small model's argmax margins are far wider than fp16's weight rounding)."""
+    model = decoder(0)
+    compiled = cuvil.compile(model, decoder_inputs(model, *PROMPTS[0]), quantization="fp16")
+    loop = next(op for op in compiled.ir.main.body.ops if op.name == "cuvil.while")
+    weights = [op.operands[1].dtype for op in loop.regions[1].body.ops
+               if op.name == "cuvil.matmul" and op.operands[1].defining_op is not None
+               and op.operands[1].defining_op.name == "cuvil.constant"]
+    assert weights and set(weights) == {"f16"}, weights
+    for prompt, limit in PROMPTS[:3]:
+        out, n = compiled(*[_np(t) for t in decoder_inputs(model, prompt, limit)])
+        assert out[:int(n)].tolist() == model.generate(prompt, limit)

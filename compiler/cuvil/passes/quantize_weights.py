@@ -63,6 +63,11 @@ class QuantizeWeights:
                                                     self.percentile, self.keep_f32, self.report)
             return
         grams = self._int4_grams(fn) if self.method == "int4_block" and self.calibration else {}
+        for region in module.all_functions():  # loop bodies and branches: weights alone (no calibration)
+            self._weights_only(region, grams if region is fn else {})
+
+    def _weights_only(self, fn, grams: dict) -> None:
+        """fp16 / int4_block: the f32 weights of fn's conv2d and matmul ops converted."""
         converted: dict[tuple, object] = {}  # (id(f32 weight), int4 out_axis or None) -> its copy
         originals = []
         for op in list(fn.body.ops):
