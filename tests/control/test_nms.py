@@ -65,7 +65,8 @@ def ref_batched_nms(boxes, scores, idxs, iou_threshold) -> np.ndarray:
 def box_set(seed: int, n: int, kind: str = "random"):
     """(boxes [n, 4] f32, scores [n] f32, classes [n] i64) of one kind: overlapping
     random boxes; integer corners and few score values (exact IoUs at thresholds, tied
-    scores); copies of a few boxes (all but one suppressed per copy set); far apart
+    scores); copies of a few boxes (all but one suppressed per copy set); one box n
+    times (all but one suppressed); far apart
     (none suppressed); with zero-area boxes."""
     rng = np.random.default_rng(seed)
     if kind == "far":
@@ -82,6 +83,8 @@ def box_set(seed: int, n: int, kind: str = "random"):
         scores = (rng.integers(0, 4, n) / 4).astype(np.float32)
     if kind == "copies":
         boxes = boxes[rng.integers(0, min(3, n), n)]
+    if kind == "same":
+        boxes = np.repeat(boxes[:1], n, 0)
     if kind == "degenerate":
         flat = rng.random(n) < 0.4
         boxes[flat, 2] = boxes[flat, 0]
@@ -89,7 +92,7 @@ def box_set(seed: int, n: int, kind: str = "random"):
     return boxes, scores, classes
 
 
-KINDS = ["random", "grid", "ties", "copies", "far", "degenerate"]
+KINDS = ["random", "grid", "ties", "copies", "far", "degenerate", "same"]
 CASES = [box_set(seed, n, kind) for seed, (n, kind) in enumerate(
     [(n, kind) for kind in KINDS for n in (1, 7, 24, 40)])]
 
@@ -127,14 +130,13 @@ def test_nms_matches_torchvision_semantics(iou):
     check(lambda b, s: vision.nms(b, s, iou), lambda b, s: [ref_nms(b, s, iou)], cases)
 
 
-def test_nms_every_set_size_and_the_counts_seen():
-    """One model per box count; the counts span every box kept to one box kept."""
-    counts = []
+def test_nms_every_set_size_from_all_kept_to_one():
+    """One model per box count; far-apart boxes all stay, one box n times keeps one."""
     for n in (1, 7, 40):
         cases = [(b, s) for b, s, _ in CASES if len(s) == n]
         check(lambda b, s: torch.ops.cuvil.nms(b, s, 0.45), lambda b, s: [ref_nms(b, s, 0.45)], cases)
-        counts += [len(ref_nms(b, s, 0.45)) for b, s in cases]
-    assert 1 in counts and 40 in counts and any(1 < c < 24 for c in counts)
+        counts = {kind: len(ref_nms(b, s, 0.45)) for kind, (b, s) in zip(KINDS, cases)}
+        assert counts["far"] == n and counts["same"] == 1 and (n < 40 or 1 < counts["random"] < n)
 
 
 def test_iou_equal_to_the_threshold_is_kept():
