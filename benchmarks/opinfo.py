@@ -144,8 +144,7 @@ def _model(info, sample):
     for t in tensors:
         if str(t.dtype).replace("torch.", "") not in CUVIL_DTYPES:
             raise Excluded(f"input dtype {t.dtype} (not in the IR)")
-    if sample.kwargs.get("training") is True or (sample.args and info.name.endswith("dropout")
-                                                  and sample.kwargs.get("training", True)):
+    if "dropout" in info.name and sample.kwargs.get("training", True) and sample.kwargs.get("p", 0.5):
         raise Excluded("training=True (random)")
 
     class Sample(torch.nn.Module):

@@ -25,10 +25,10 @@ def line_of(marker: str) -> int:
     return lines[0]
 
 
-class Cumsum(nn.Module):
+class Cummax(nn.Module):
     def forward(self, x):
         y = x * 2
-        return torch.cumsum(y, 1)  # <- cumsum
+        return torch.cummax(y, 1).values  # <- cummax
 
 
 class Conv3d(nn.Module):
@@ -41,9 +41,9 @@ class Conv3d(nn.Module):
         return F.conv3d(x, self.weight)  # <- conv3d
 
 
-class TopK(nn.Module):
+class Kthvalue(nn.Module):
     def forward(self, x):
-        return torch.topk(x.flatten(1), 2).values  # <- topk
+        return torch.kthvalue(x.flatten(1), 2).values  # <- kthvalue
 
 
 class Rfft(nn.Module):
@@ -51,20 +51,20 @@ class Rfft(nn.Module):
         return torch.fft.rfft(x).abs()  # <- rfft
 
 
-class ReflectPad(nn.Module):
+class ComputedTransposedWeight(nn.Module):
     def forward(self, x):
-        return F.pad(x, (1, 1, 1, 1), mode="reflect")  # <- reflect pad
+        return F.conv_transpose2d(x, x[0, :, :2, :2].unsqueeze(1) * 2)  # <- computed weight
 
 
-class FloorDiv(nn.Module):
+class EluScale(nn.Module):
     def forward(self, x):
-        return torch.div(x, 2.0, rounding_mode="floor")  # <- floor div
+        return torch.ops.aten.elu.default(x, 1.0, 1.5)  # <- elu scale
 
 
-class MaxWithIndices(nn.Module):
+class MedianWithIndices(nn.Module):
     def forward(self, x):
         x = torch.relu(x)
-        return x.max(dim=1).values  # <- max.dim
+        return x.median(dim=1).values  # <- median.dim
 
 
 class TrainingDropout(nn.Module):
@@ -76,14 +76,14 @@ X4 = torch.ones(1, 3, 4, 4)
 
 
 @pytest.mark.parametrize("model, x, op, reason, marker", [
-    (Cumsum(), X4[0], "aten.cumsum", "unsupported op", "cumsum"),
+    (Cummax(), X4[0], "aten.cummax", "unsupported op", "cummax"),
     (Conv3d(), X4[:, :, None], "aten.conv3d", "unsupported op", "conv3d"),
-    (TopK(), X4, "aten.topk", "unsupported op", "topk"),
+    (Kthvalue(), X4, "aten.kthvalue", "unsupported op", "kthvalue"),
     (Rfft(), X4[0], "aten.fft_rfft", "unsupported op", "rfft"),
-    (MaxWithIndices(), X4[0], "aten.max.dim", "unsupported op", "max.dim"),
+    (MedianWithIndices(), X4[0], "aten.median.dim", "unsupported op", "median.dim"),
     # handlers that refuse an argument value
-    (ReflectPad(), X4, "aten.pad", "'reflect'", "reflect pad"),
-    (FloorDiv(), X4, "aten.div", "rounding_mode='floor'", "floor div"),
+    (ComputedTransposedWeight(), X4, "aten.conv_transpose2d", "parameter or constant", "computed weight"),
+    (EluScale(), X4, "aten.elu", "scale", "elu scale"),
     (TrainingDropout(), X4, "aten.dropout", "train=True", "dropout"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_unsupported_op_names_op_and_user_line(model, x, op, reason, marker):

@@ -58,6 +58,9 @@ def _gather(low, a):
 def _logical(opname):
     def handler(low, a):
         x, y = a["self"], a["other"]
+        if low.node.target._schema.name.startswith("aten::logical_"):  # any dtype: nonzero is true
+            x, y = (low.op("cuvil.ne", t, low.const(np.zeros(()), t.dtype)) if t.dtype != "bool" else t
+                    for t in (x, y))
         if x.dtype != "bool" or (hasattr(y, "dtype") and y.dtype != "bool"):
             raise UnsupportedOpError(f"bitwise {opname.split('.')[1]} of non-bool tensors is not supported")
         y = y if hasattr(y, "dtype") else low.const(bool(y), "bool")

@@ -1,7 +1,7 @@
 """Elementwise math ATen ops lowered as compositions of the IR's elementwise ops (so
 that fusion puts each into one vectorised loop): rounding (trunc, floor, ceil, round
 with decimals, sign), trigonometry and hyperbolics (tan, atan, atan2, asin, acos, sinh,
-cosh), expm1, log1p, erfinv, fmod and remainder. Registered into the same HANDLERS table
+cosh), expm1, log1p, erfinv, fmod, remainder and division with a rounding mode. Registered into the same HANDLERS table
 as torch_ops.
 
 The rounding ops convert through int64 where |x| < 2**23 (2**52 in float64: above that
@@ -211,3 +211,17 @@ def _fmod(low, a):
         fix = o.and_(o.ne(m, 0.0), o.ne(o.lt(y, 0.0), o.lt(m, 0.0)))
         m = o.where(fix, o.add(m, y), m)
     return low.cast(m, dtype)
+
+
+@handles("div", "div_")
+def _div(low, a):
+    """True division, or rounded toward zero / down (rounding_mode 'trunc' / 'floor'),
+    computed in the output's float dtype (f32 for integers, exact below 2**24)."""
+    mode = a.get("rounding_mode")
+    dtype = low.meta_type().dtype
+    o = _Ops(low, dtype if dtype in FLOAT_DTYPES else "f32")
+    q = o.div(o.v(a["self"]), o.v(a["other"]))
+    if mode is not None:
+        t = trunc(o, q)
+        q = t if mode == "trunc" else o.where(o.gt(t, q), o.sub(t, 1.0), t)
+    return low.cast(q, dtype)

@@ -68,20 +68,6 @@ for _n, _op in [("add", "add"), ("add_", "add"), ("sub", "sub"), ("sub_", "sub")
     handles(_n)(_binary(f"cuvil.{_op}"))
 
 
-@handles("div", "div_")
-def _div(low, a):
-    mode = a.get("rounding_mode")
-    dtype = low.meta_type().dtype
-    x, y = a["self"], a["other"]
-    cdt = dtype if dtype in FLOAT_DTYPES else "f32"
-    q = low.op("cuvil.div", _operand(low, x, cdt), _operand(low, y, cdt))
-    if mode is None:
-        return q
-    if mode == "trunc":
-        return low.cast(low.cast(q, "i64"), dtype)
-    raise UnsupportedOpError(f"div rounding_mode={mode!r} is not supported")
-
-
 @handles("rsub")
 def _rsub(low, a):
     dtype = low.meta_type().dtype
@@ -381,13 +367,41 @@ def _bn_params(low, x, w, b, mean, var):
          "_native_batch_norm_legit")
 def _batch_norm(low, a):
     x = a["input"]
-    if a.get("training") and low.node.target._schema.name != "aten::_native_batch_norm_legit_no_training":
-        raise UnsupportedOpError("batch norm in training mode: call model.eval() before compiling")
+    name = low.node.target._schema.name
+    if x.type.is_static and x.type.numel == 0:  # an empty batch: empty outputs
+        vals = low.meta() if isinstance(low.meta(), (list, tuple)) else [low.meta()]
+        outs = [low.const(np.zeros([int(d) for d in v.shape], np.float32)) for v in vals]
+        return outs[0] if name == "aten::batch_norm" else outs
+    if a.get("training") and name != "aten::_native_batch_norm_legit_no_training":
+        return _batch_norm_of_batch(low, a)
     mean, var, w, b = _bn_params(low, x, a["weight"], a["bias"], a["running_mean"], a["running_var"])
     y = low.op("cuvil.batch_norm", x, mean, var, w, b, eps=float(a["eps"]))
+    if name == "aten::batch_norm":
+        return y
+    # native_batch_norm in eval mode: its save_mean / save_invstd outputs are empty
+    return [y, *[low.const(np.zeros([int(d) for d in v.shape], np.float32)) for v in low.meta()[1:]]]
+
+
+def _batch_norm_of_batch(low, a):
+    """batch_norm with training=True: normalised by the batch's own mean and (biased)
+    variance per channel, as torch computes it (the running statistics it would update
+    are not outputs); native_batch_norm also returns that mean and 1/std."""
+    x, eps = a["input"], float(a["eps"])
+    axes = [0, *range(2, x.type.rank)]
+    c = x.shape[1]
+    mean = low.op("cuvil.reduce_mean", x, axes=axes, keepdims=True)
+    d = low.op("cuvil.sub", x, mean)
+    var = low.op("cuvil.reduce_mean", low.op("cuvil.mul", d, d), axes=axes, keepdims=True)
+    invstd = low.op("cuvil.rsqrt", low.op("cuvil.add", var, low.const(np.asarray(eps), x.dtype)))
+    y = low.op("cuvil.mul", d, invstd)
+    shape = [1, c] + [1] * (x.type.rank - 2)
+    if a.get("weight") is not None:
+        y = low.op("cuvil.mul", y, low.reshape(a["weight"], shape))
+    if a.get("bias") is not None:
+        y = low.op("cuvil.add", y, low.reshape(a["bias"], shape))
     if low.node.target._schema.name == "aten::batch_norm":
         return y
-    return [y, None, None]
+    return [y, low.reshape(mean, [c]), low.reshape(invstd, [c])]
 
 
 @handles("layer_norm", "native_layer_norm")
@@ -463,8 +477,13 @@ handles("argmin")(_arg_reduce("cuvil.argmin"))
 
 def _softmax(opname):
     def handler(low, a):
-        x = low.cast(a["self"], low.meta_type().dtype)
-        return low.op(opname, x, axis=norm_dim(a["dim"], x.type.rank))
+        dtype = low.meta_type().dtype
+        x = low.cast(a["self"], "f32" if dtype == "f64" else dtype)  # the kernels have no f64 form
+        if x.type.rank == 0:  # over the one element
+            y = low.reshape(low.op(opname, low.reshape(x, [1]), axis=0), [])
+        else:
+            y = low.op(opname, x, axis=norm_dim(a["dim"], x.type.rank))
+        return low.cast(y, dtype)
     return handler
 
 
