@@ -1,7 +1,7 @@
 # Cuvil developer entry points.
 #   make setup  - install the runtime's Debian packages (when missing), create .venv
-#                 (python3.11), install the pinned environment and build the image
-#                 codecs for wasm32-wasi (when not up to date)
+#                 (python3.11), install the pinned environment, build the image
+#                 codecs for wasm32-wasi and the cuvil-runtime wheel (when not up to date)
 #   make test   - run the test suite
 #   make demo   - compare cuvil.compile with torch eager on examples/cat.jpg, then build
 #                 the MobileNetV2 executable (dist/mobilenet_v2) and print its prediction
@@ -24,11 +24,13 @@ STAMP := $(VENV)/.cuvil-setup-$(SETUP_KEY)
 # Debian packages for the C runtime: libjpeg-turbo, libpng and zlib headers and the
 # static libraries that executables with image inputs link (no codec .so at run time).
 # Cross targets: the aarch64 C toolchain + qemu-user, clang/lld/wasi-libc for wasm32-wasi, node (node:wasi).
+# graphviz: `dot`, which draws `cuvil inspect --graph`.
 # The codecs are named with this machine's architecture: once the arm64 ones are
 # installed too (codec-packages), `dpkg -s libpng-dev` is ambiguous.
 DEB_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
 SYSTEM_PACKAGES := libjpeg62-turbo-dev:$(DEB_ARCH) libpng-dev:$(DEB_ARCH) zlib1g-dev:$(DEB_ARCH) \
-	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user clang lld wasi-libc libclang-rt-14-dev-wasm32 nodejs
+	gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user clang lld wasi-libc libclang-rt-14-dev-wasm32 nodejs \
+	graphviz
 SUDO := $(shell [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && echo sudo)
 
 # Debian packages for the Bazel build (see the README's "Using Cuvil from Bazel"):
@@ -50,6 +52,7 @@ all: setup demo
 
 setup: system-packages bazel-packages remote-packages $(STAMP)
 setup: codec-packages wasm-codecs  # the image codecs of aarch64 and wasm32 (below)
+setup: runtime-wheel  # dist/cuvil_runtime-<version>-py3-none-any.whl (below)
 
 # Idempotent: only calls apt-get when one of the packages is not installed.
 system-packages:
@@ -85,6 +88,19 @@ codec-packages: system-packages
 
 wasm-codecs: codec-packages $(STAMP)
 	$(PY) -m cuvil.wasm_codecs
+
+# The runtime-only Python package (runtime-python/, NumPy only): its wheel in dist/,
+# rebuilt (about 2 s, offline: the venv's setuptools) when one of its sources changes.
+RUNTIME_WHEEL_VERSION := $(shell sed -n 's/^version = "\([^"]*\)".*/\1/p' runtime-python/pyproject.toml)
+RUNTIME_WHEEL := dist/cuvil_runtime-$(RUNTIME_WHEEL_VERSION)-py3-none-any.whl
+RUNTIME_SOURCES := $(wildcard runtime-python/pyproject.toml runtime-python/README.md runtime-python/cuvil_runtime/*.py)
+
+.PHONY: runtime-wheel
+runtime-wheel: $(RUNTIME_WHEEL)
+
+$(RUNTIME_WHEEL): $(RUNTIME_SOURCES) | $(STAMP)
+	$(PIP) wheel --no-deps --no-build-isolation -q ./runtime-python -w dist
+	rm -rf runtime-python/build
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
