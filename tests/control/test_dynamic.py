@@ -211,3 +211,15 @@ def test_cond_and_unique_executable(target, tmp_path):
         np.testing.assert_allclose(np.asarray(outs["y"]["data"], np.float32).reshape(6, 5), y, rtol=0, atol=1e-6)
         assert outs["values"]["shape"] == [len(values)] and outs["counts"]["shape"] == [len(values)]
         assert outs["values"]["data"] == values.tolist() and outs["counts"]["data"] == counts.tolist()
+
+
+def test_a_produced_size_used_as_a_number():
+    """x.shape[0] of a data-dependent result in arithmetic: the op stays for its size
+    even when nothing reads its values, and the count is read at run time."""
+    check_cases(lambda x, m: x * torch.nonzero(m > 0).shape[0] + 1.0,
+                [(spread(1, 3).round(), spread(k, 4, 5)) for k in (2, 3)] + [(spread(1, 3).round(), spread(4, 4, 5, shift=-9.0))])
+    model = Fn(lambda x, m: x[m > 0].sum() / torch.nonzero(m > 0).shape[0]).eval()
+    cases = [(spread(k, 4, 5), spread(k + 1, 4, 5)) for k in range(3)]
+    compiled = cuvil.compile(model, cases[0])
+    for x, m in cases:
+        np.testing.assert_allclose(compiled(x.numpy(), m.numpy())[0], model(x, m).numpy(), rtol=1e-6)

@@ -115,8 +115,11 @@ class Lowering:
         return (node or self.node).meta.get("val")
 
     def meta_type(self, node=None) -> TensorType:
-        v = self.meta(node)
-        return TensorType(tuple(self.dim(d) for d in v.shape), cuvil_dtype(v.dtype))
+        return self.tensor_type(self.meta(node))
+
+    def tensor_type(self, t) -> TensorType:
+        """The Cuvil type of a torch (fake) tensor."""
+        return TensorType(tuple(self.dim(d) for d in t.shape), cuvil_dtype(t.dtype))
 
     def dim(self, d):
         """An int, or a symbolic dim (torch SymInt) in Cuvil's names (see `symbols`)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import FrontendError, UnsupportedOpError
-from ..ir import Function, TensorType, Value
+from ..ir import Function, Value
 from .graph import write_row
 from .torch_ops import HANDLERS
 
@@ -94,7 +94,6 @@ def _scan(low, a):
     """scan(combine_fn, init, xs, additional): a cuvil.while over (step, carry..., ys...),
     the ys being carried [length, ...] buffers whose row `step` the body writes; xs and
     the additional inputs are invariants (constants among the latter sunk)."""
-    from .torch import cuvil_dtype
     gm, init, xs, extra = a["args"][:4]
     init, xs, extra = list(init), list(xs), list(extra)
     if not xs or not all(isinstance(x, Value) and x.type.rank and isinstance(x.shape[0], int) for x in xs):
@@ -102,7 +101,7 @@ def _scan(low, a):
     length = xs[0].shape[0]
     n_c = len(init)
     val = low.meta()
-    ys_t = [TensorType(tuple(low.dim(d) for d in t.shape), cuvil_dtype(t.dtype)) for t in list(val)[n_c:]]
+    ys_t = [low.tensor_type(t) for t in list(val)[n_c:]]
     bufs = [low.const(np.zeros([int(d) for d in t.shape], t.np_dtype)) for t in ys_t]
     passed = [v for v in extra if not _constant(v)]
     carried = [low.const(np.int64(0)), *init, *bufs]

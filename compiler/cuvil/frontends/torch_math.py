@@ -31,6 +31,8 @@ class _Ops:
         return self.low.const(np.asarray(v, np.float64), self.dtype)
 
     def v(self, x) -> Value:
+        if isinstance(x, str):  # a symbolic size used as a number
+            x = self.low.op("cuvil.dim", dims=[x])
         return self.low.cast(x, self.dtype) if isinstance(x, Value) else self.c(x)
 
     def __getattr__(self, name):

@@ -36,6 +36,8 @@ def pair(v, n=2):
 def _operand(low, x, dtype: str) -> Value:
     if isinstance(x, Value):
         return low.cast(x, dtype)
+    if isinstance(x, str):  # a symbolic size used as a number (x.shape[0], a nonzero count)
+        return low.cast(low.op("cuvil.dim", dims=[x]), dtype)
     return low.const(np.asarray(x), dtype=dtype)
 
 
