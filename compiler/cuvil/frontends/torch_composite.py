@@ -7,7 +7,8 @@ import numpy as np
 
 from ..errors import UnsupportedOpError
 from ..ir import Value
-from . import torch_math, torch_pool, torch_reduce, torch_resize, torch_scatter, torch_sort  # noqa: F401  (register their handlers)
+from . import (  # noqa: F401  (register their handlers)
+    torch_einsum, torch_math, torch_pool, torch_reduce, torch_resize, torch_scatter, torch_sort)
 from .torch_ops import handles, norm_dim, pair, reduce_axes
 
 
