@@ -21,18 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from .onnx_common import handles, operand, scalar
-
-
-def _produced(low, kind: str, bound: int) -> str:
-    """A fresh produced dim (bounds [0, bound]) for a data-dependent size."""
-    bounds = low.fn.attrs.setdefault("dim_bounds", {})
-    name, n = kind, 0
-    while name in bounds:
-        n += 1
-        name = f"{kind}{n}"
-    bounds[name] = [0, int(bound)]
-    return name
+from .onnx_common import handles, operand, produced_dim, scalar
 
 
 def _corners(low, boxes, center: bool):
@@ -73,7 +62,7 @@ def _non_max_suppression(low, node):
     per_class = low.op("cuvil.broadcast_to", low.reshape(xyxy, [bsz, 1, n, 4]), shape=[bsz, classes, n, 4])
     group = low.const(np.repeat(np.arange(bsz * classes, dtype=np.int64), n))
     keep = low.op("cuvil.nms", low.reshape(per_class, [total, 4]), low.reshape(low.cast(scores, "f32"), [total]),
-                  group, size=_produced(low, "nms", total), **attrs)
+                  group, size=produced_dim(low, "nms", total), **attrs)
     k = keep.shape[0]
     keep = low.reshape(keep, [k, 1])
     g = low.op("cuvil.div", keep, low.const(np.int64(n)))  # the group, b * C + c

@@ -16,7 +16,7 @@ from ..errors import UnsupportedOpError
 from ..ir import Value
 from ..ir.types import FLOAT_DTYPES
 from .graph import const_array, lower_einsum, same_pads
-from .onnx_common import cuvil_dtype, handles, int_list, norm_axis, operand, scalar
+from .onnx_common import cuvil_dtype, handles, int_list, norm_axis, operand, produced_dim, scalar
 
 
 def _fconst(low, value: float, like: Value) -> Value:
@@ -493,17 +493,6 @@ handles("LogSoftmax")(_softmax("cuvil.log_softmax"))
 
 
 # -- data-dependent sizes (ir/ops/dynamic.py) ---------------------------------------------------
-def _produced(low, kind: str, bound: int) -> str:
-    """A fresh produced dim (bounds [0, bound]) for a data-dependent size."""
-    bounds = low.fn.attrs.setdefault("dim_bounds", {})
-    name, n = kind, 0
-    while name in bounds:
-        n += 1
-        name = f"{kind}{n}"
-    bounds[name] = [0, int(bound)]
-    return name
-
-
 def _count(x: Value, op: str) -> int:
     if not x.type.is_static:
         raise UnsupportedOpError(f"{op} of a tensor with symbolic dims ({x.type}) is not supported")
@@ -514,7 +503,7 @@ def _count(x: Value, op: str) -> int:
 def _nonzero(low, node):
     """[rank, count]: the transpose of cuvil.nonzero's rows."""
     x = operand(low, node)
-    idx = low.op("cuvil.nonzero", low.cast(x, "bool"), size=_produced(low, "nonzero", _count(x, "NonZero")))
+    idx = low.op("cuvil.nonzero", low.cast(x, "bool"), size=produced_dim(low, "nonzero", _count(x, "NonZero")))
     return low.transpose(idx, [1, 0])
 
 
@@ -526,7 +515,7 @@ def _unique(low, node):
     if node.attr("axis") is not None:
         raise UnsupportedOpError("Unique along an axis is not supported (the flattened form is)")
     flat = low.reshape(x, [_count(x, "Unique")])
-    values = low.op("cuvil.unique", flat, size=_produced(low, "unique", _count(x, "Unique")))
+    values = low.op("cuvil.unique", flat, size=produced_dim(low, "unique", _count(x, "Unique")))
     u = values.shape[0]
     same = low.op("cuvil.eq", low.reshape(values, [u, 1]), low.reshape(flat, [1, flat.shape[0]]))
     first = low.op("cuvil.argmax", same, axis=1, keepdims=False)
