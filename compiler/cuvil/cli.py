@@ -5,7 +5,8 @@
     cuvil capture --config config.yaml --output model.cvir
     cuvil compile model.cvir --config config.yaml --output-dir DIR [--target T] [--calibration F ...]
     cuvil link DIR --kind executable --output OUT [--plugin FILE ...]
-    cuvil inspect model.cvir [--target T] | DIR | manifest.json | ARTIFACT   IR, kernels, memory plan; or signatures
+    cuvil inspect model.cvir [--target T] [--graph out.svg] | DIR | manifest.json | ARTIFACT
+                                                     IR, kernels, memory plan (a picture); or signatures
     cuvil quant-report --config config.yaml [--quantization M] [--inputs N] [--json FILE]
     cuvil run ARTIFACT [ARGS...]                     run an executable (qemu for aarch64, node for wasm)
 """
@@ -155,6 +156,8 @@ def _cmd_run(args) -> int:
 
 def _cmd_inspect(args) -> int:
     if not args.bundle.endswith(".cvir"):
+        if args.graph:
+            raise CuvilError(f"--graph draws a .cvir bundle's graph; {args.bundle} is not a .cvir bundle")
         return _print_signatures(Path(args.bundle))
     from .backend.llvm.target import resolve_target
     from .ir import print_module, read_bundle
@@ -182,6 +185,11 @@ def _cmd_inspect(args) -> int:
         print(f"// arena size: {fn.attrs['arena_size']} bytes "
               f"(sum of intermediate tensors: {fn.attrs.get('intermediate_bytes', '?')} bytes)"
               + (" at the dims' upper bounds" if bounds else ""))
+    if args.graph:
+        from .draw import write_graph
+        stage = "as captured" if args.raw else f"optimised for {args.target}"
+        write_graph(module, args.graph, title=f"{Path(args.bundle).name} ({stage})")
+        print(f"// graph: wrote {args.graph} ({len(fn.args) + len(fn.body.ops)} nodes)")
     return 0
 
 
@@ -256,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("bundle", help="a .cvir bundle, a compile output directory, a manifest (.json) or a binary")
     s.add_argument("--raw", action="store_true", help="print the IR as captured, before the passes")
     s.add_argument("--summary", action="store_true", help="print only the summary lines")
+    s.add_argument("--graph", metavar="FILE", help="also draw the graph (ops with shapes, fused epilogues, kernel "
+                                                   "plans, arena offsets) with Graphviz: FILE.svg, .png, or .dot text")
     _target_arguments(s, "choose kernels and plan memory for this target (default: host, this machine)",
                       default="host")
     s.set_defaults(func=_cmd_inspect)
