@@ -337,8 +337,9 @@ def cuvil_model(
                         `<name>.<quantization>-<precision>/` (one directory per
                         quantization, so switching keeps both cached), `<name>.h`
                         and `<name>.json` beside it; provides CuvilModelInfo.
-      <name>_header, <name>_objects, <name>_api_glue, <name>_app_glue
-                        filegroups over the output groups of <name>_compile.
+      <name>_header, <name>_objects, <name>_manifest, <name>_api_glue, <name>_app_glue
+                        filegroups over the output groups of <name>_compile (the
+                        manifest is a runfile of <name> and <name>_main).
       <name>_c_deps, <name>_main_c_deps
                         cuvil_c_deps: the runtime (and `runtime_main`) and `plugins`
                         with the Cuvil flags at their defaults, so a quantization
@@ -386,7 +387,7 @@ def cuvil_model(
         visibility = visibility,
         **common
     )
-    for group in ["header", "objects", "api_glue", "app_glue"]:
+    for group in ["header", "objects", "manifest", "api_glue", "app_glue"]:
         native.filegroup(
             name = "%s_%s" % (name, group),
             srcs = [":" + name + "_compile"],
@@ -413,6 +414,9 @@ def cuvil_model(
         srcs = [":" + name + "_objects", ":" + name + "_api_glue"],
         hdrs = [":" + name + "_header"],
         deps = [":" + name + "_c_deps"],
+        # `<name>.json` (the manifest) with the library: bazel-bin/<package>/<name>.json
+        # is there after building anything that links the model.
+        data = [":" + name + "_manifest"],
         visibility = visibility,
         **library_kwargs
     )
@@ -421,6 +425,7 @@ def cuvil_model(
         srcs = [":" + name + "_objects", ":" + name + "_app_glue"],
         hdrs = [":" + name + "_header"],
         deps = [":" + name + "_main_c_deps"],
+        data = [":" + name + "_manifest"],
         alwayslink = True,
         linkstatic = True,
         visibility = visibility,

@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
 }
 """
 
-# A model whose line 8 uses an op Cuvil does not support (cumsum).
+# A model whose line 8 calls an op that no Cuvil frontend lowers: a custom op of this
+# workspace's own (a built-in op may become supported one day).
 _UNSUPPORTED = """\
 import torch
 
@@ -77,7 +78,18 @@ class Model(torch.nn.Module):
     def forward(self, x):
         y = x * 2
         # the next line is line 8
-        return torch.cumsum(y, dim=1)
+        return mystery(y)
+
+
+@torch.library.custom_op("monorepo::mystery", mutates_args=())
+def mystery(x: torch.Tensor) -> torch.Tensor:
+    # an op only this workspace defines: no Cuvil frontend lowers it
+    return x.clone()
+
+
+@mystery.register_fake
+def _(x):
+    return torch.empty_like(x)
 
 
 def cuvil_entry():

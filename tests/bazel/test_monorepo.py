@@ -168,7 +168,7 @@ def test_unsupported_op_error_names_the_workspace_file(mono):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("cuvil: error:")]
     assert len(errors) == 1, proc.stderr[-3000:]
     # The workspace-relative path: not the sandbox's, nor the source tree's behind it.
-    assert re.search(r"unsupported op aten\.cumsum.* at errs/unsup\.py:8 in forward: return torch\.cumsum", errors[0]), errors
+    assert re.search(r"unsupported op monorepo\.mystery.* at errs/unsup\.py:8 in forward: return mystery\(y\)", errors[0]), errors
 
 
 def test_config_without_inputs_is_an_error(mono):
