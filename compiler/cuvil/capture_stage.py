@@ -161,6 +161,7 @@ def capture_to(cfg: Config, out: Path) -> list[Path]:
     except _USER_ERRORS as e:
         raise cfg.error(["model", "entry"], f"calling the entry failed: {_describe(e)}") from None
     model, given = (result if isinstance(result, tuple) and len(result) == 2 else (result, None))
+    checkpoint = _load_checkpoint(cfg, model)
     inputs = _example_inputs(cfg, given)
     from .frontends.torch import capture_torch, handlers
     from .ir import write_bundle
@@ -178,7 +179,49 @@ def capture_to(cfg: Config, out: Path) -> list[Path]:
             table.pop(k, None)
         table.update(saved)
     write_bundle(module, out)
-    return _project_files(before, cfg)
+    return sorted(set(_project_files(before, cfg)) | set(checkpoint))
+
+
+def _load_checkpoint(cfg: Config, model) -> list[Path]:
+    """Load `model.checkpoint` (a state dict: torch.save's .pt/.pth, or .safetensors) into
+    the entry's model, strictly: every key present, none extra, each shape equal. Returns
+    the file (a dependency of the capture's cache entry), or [] without a checkpoint."""
+    rel = cfg.data["model"].get("checkpoint")
+    if rel is None:
+        return []
+    import torch
+    path, keys = cfg.resolve(rel).resolve(), ["model", "checkpoint"]
+    if not isinstance(model, torch.nn.Module):
+        raise cfg.error(keys, f"the entry returned a {type(model).__name__}, not a torch.nn.Module to load it into")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the user's to fix
+        text = " ".join(str(e).split())
+        raise cfg.error(keys, f"{path}: cannot read the state dict: {type(e).__name__}: {text[:300]}") from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in state.items()):
+        raise cfg.error(keys, f"{path}: not a state dict (a mapping of parameter names to tensors)")
+    own = model.state_dict()
+    problems = []
+    for what, names in (("missing", [k for k in own if k not in state]),
+                        ("unexpected", [k for k in state if k not in own])):
+        if names:
+            problems.append(f"{len(names)} {what} key{'s' * (len(names) > 1)} ({', '.join(names[:3])}"
+                            f"{', ...' if len(names) > 3 else ''})")
+    shapes = [f"{k} is {list(state[k].shape)} in the file, {list(own[k].shape)} in the model"
+              for k in own if k in state and state[k].shape != own[k].shape]
+    if shapes:
+        problems.append(f"{len(shapes)} shape mismatch{'es' * (len(shapes) > 1)} ({'; '.join(shapes[:3])}"
+                        f"{'; ...' if len(shapes) > 3 else ''})")
+    if problems:
+        raise cfg.error(keys, f"{path} does not match the entry's model: {', '.join(problems)}")
+    with torch.no_grad():
+        model.load_state_dict(state, strict=True)
+    return [path]
 
 
 def _capture_tf_or_onnx(cfg: Config):

@@ -73,6 +73,7 @@ SCHEMA = {
                 "module": {"type": "string", "pattern": r"^[A-Za-z_][\w.]*$"},
                 "entry": {"type": "string", "pattern": r"^[A-Za-z_]\w*$"},
                 "python_path": {"type": "array", "items": {"type": "string"}},
+                "checkpoint": {"type": "string", "minLength": 1},  # pytorch: a state dict loaded into the entry's model
             },
             "oneOf": [{"required": ["source"]}, {"required": ["module"]}, {"required": ["saved_model"]},
                       {"required": ["onnx"]}],
@@ -506,6 +507,10 @@ def _check_model_source(cfg: Config, m: dict, model_files: bool = True) -> None:
         raise cfg.error(["model", key], f"framework {fw} takes {' or '.join(repr(k) for k in allowed)}, not {key!r}")
     if "entry" in m and key in ("saved_model", "onnx"):
         raise cfg.error(["model", "entry"], f"'entry' goes with 'source' or 'module', not with {key!r}")
+    if "checkpoint" in m and fw != "pytorch":
+        raise cfg.error(["model", "checkpoint"], f"a state dict checkpoint is for framework pytorch, not {fw}")
+    if "checkpoint" in m and model_files and not cfg.resolve(m["checkpoint"]).is_file():
+        raise cfg.error(["model", "checkpoint"], f"file not found: {cfg.resolve(m['checkpoint'])}")
     if not model_files:
         return
     if key == "saved_model" and not (cfg.resolve(m[key]) / "saved_model.pb").is_file():
