@@ -23,6 +23,8 @@ from .errors import CuvilError
 from .options import PRECISIONS, QUANTIZATION_METHODS
 
 TEMPLATES = ("pytorch-resnet50", "pytorch-mobilenetv2", "pytorch-bert", "pytorch-mlp")
+IMAGE_TEMPLATES = ("pytorch-resnet50", "pytorch-mobilenetv2")  # init also writes examples/cat.jpg
+SAMPLE_PHOTO = "examples/cat.jpg"
 _PKG = Path(__file__).resolve().parent
 
 
@@ -44,6 +46,10 @@ def _cmd_init(args) -> int:
     text = (_PKG / "templates" / f"{args.template}.yaml").read_text()
     atomic_write(out, text.replace("{root}", _examples_root(out)))
     print(f"wrote {out} (template {args.template})")
+    photo = out.parent / SAMPLE_PHOTO
+    if args.template in IMAGE_TEMPLATES and not photo.exists():
+        atomic_write(photo, (_PKG / "templates" / "cat.jpg").read_bytes())
+        print(f"wrote {photo} (a sample photo to try the executable on)")
     return 0
 
 
