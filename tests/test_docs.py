@@ -49,6 +49,7 @@ BAZEL_MONOREPO = "tests/bazel/test_monorepo.py"
 REMOTE_CONFTEST = "tests/remote/conftest.py"
 REMOTE_HELPERS = "tests/remote/remote_helpers.py"
 IMAGES = "tests/targets/test_images.py"
+INIT_RESNET50 = "tests/cli/test_init_resnet50.py"
 
 # command -> [(file, regex), ...]: where the command runs (each regex must match the file).
 EXTERNAL: dict[str, list[tuple[str, str]]] = {
@@ -135,6 +136,13 @@ EXTERNAL: dict[str, list[tuple[str, str]]] = {
     "./dist/bert_dynamic --input input_ids=ids.npy --input attention_mask=mask.npy --output out.npy": [
         ("tests/dynamic/test_models.py", r'"--input", f"input_ids=\{tmp / \'ids\.npy\'\}", "--input",\s*'
                                          r'f"attention_mask=\{tmp / \'mask\.npy\'\}", "--output"')],
+    # docs/cli.md: the ResNet-50 template's three commands, run verbatim in an empty directory
+    **{c: [(INIT_RESNET50, re.escape(f'"{c}",')),
+           (INIT_RESNET50, r'for command in MANUAL:\n\s+proc = subprocess\.run\(\["bash", "-c", command\], cwd=work,')]
+       for c in (
+        "cuvil init --template pytorch-resnet50 config.yaml",
+        "cuvil build --config config.yaml --output ./dist/resnet50-cuvil",
+        "./dist/resnet50-cuvil --input examples/cat.jpg --output pred.json")},
 }
 
 # (document, a line of the block) -> where the ```python block runs instead.
