@@ -31,14 +31,14 @@ class Cummax(nn.Module):
         return torch.cummax(y, 1).values  # <- cummax
 
 
-class Conv3d(nn.Module):
+class ConvTranspose3d(nn.Module):
     def __init__(self):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(2, 3, 1, 1, 1))
+        self.weight = nn.Parameter(torch.ones(3, 2, 1, 1, 1))
 
     def forward(self, x):
         x = x + 1
-        return F.conv3d(x, self.weight)  # <- conv3d
+        return F.conv_transpose3d(x, self.weight)  # <- conv_transpose3d
 
 
 class Kthvalue(nn.Module):
@@ -51,9 +51,9 @@ class Rfft(nn.Module):
         return torch.fft.rfft(x).abs()  # <- rfft
 
 
-class ComputedTransposedWeight(nn.Module):
+class InstanceNormRunningStats(nn.Module):
     def forward(self, x):
-        return F.conv_transpose2d(x, x[0, :, :2, :2].unsqueeze(1) * 2)  # <- computed weight
+        return F.instance_norm(x, torch.zeros(3), torch.ones(3), use_input_stats=False)  # <- running stats
 
 
 class EluScale(nn.Module):
@@ -77,12 +77,12 @@ X4 = torch.ones(1, 3, 4, 4)
 
 @pytest.mark.parametrize("model, x, op, reason, marker", [
     (Cummax(), X4[0], "aten.cummax", "unsupported op", "cummax"),
-    (Conv3d(), X4[:, :, None], "aten.conv3d", "unsupported op", "conv3d"),
+    (ConvTranspose3d(), X4[:, :, None], "aten.conv_transpose3d", "unsupported op", "conv_transpose3d"),
     (Kthvalue(), X4, "aten.kthvalue", "unsupported op", "kthvalue"),
     (Rfft(), X4[0], "aten.fft_rfft", "unsupported op", "rfft"),
     (MedianWithIndices(), X4[0], "aten.median.dim", "unsupported op", "median.dim"),
     # handlers that refuse an argument value
-    (ComputedTransposedWeight(), X4, "aten.conv_transpose2d", "parameter or constant", "computed weight"),
+    (InstanceNormRunningStats(), X4, "aten.instance_norm", "running statistics", "running stats"),
     (EluScale(), X4, "aten.elu", "scale", "elu scale"),
     (TrainingDropout(), X4, "aten.dropout", "train=True", "dropout"),
 ], ids=lambda v: v if isinstance(v, str) else None)
@@ -103,22 +103,22 @@ def test_unsupported_op_names_op_and_user_line(model, x, op, reason, marker):
 class TorchLayers(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv3d(3, 2, 1)
+        self.conv = nn.ConvTranspose3d(3, 2, 1)
 
     def forward(self, x):
         x = torch.relu(x)
-        return self.conv(x)  # <- nn.Conv3d
+        return self.conv(x)  # <- nn.ConvTranspose3d
 
 
 def test_unsupported_op_in_torch_layer_names_op():
-    with pytest.raises(UnsupportedOpError, match="aten.conv3d"):
+    with pytest.raises(UnsupportedOpError, match="aten.conv_transpose3d"):
         capture_torch(TorchLayers(), (X4[:, :, None],))
 
 
 def test_unsupported_op_in_torch_layer_names_user_line():
     with pytest.raises(UnsupportedOpError) as info:
         capture_torch(TorchLayers(), (X4[:, :, None],))
-    assert f"{THIS_FILE.name}:{line_of('nn.Conv3d')}" in str(info.value)
+    assert f"{THIS_FILE.name}:{line_of('nn.ConvTranspose3d')}" in str(info.value)
 
 
 class DataDependentBranch(nn.Module):

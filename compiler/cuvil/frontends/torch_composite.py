@@ -9,33 +9,28 @@ from ..errors import UnsupportedOpError
 from ..ir import Value
 from . import (  # noqa: F401  (register their handlers)
     torch_einsum, torch_math, torch_pool, torch_reduce, torch_resize, torch_scatter, torch_sort)
-from .torch_ops import handles, norm_dim, pair, reduce_axes
-
-
-def _constant_array(v: Value, what: str) -> np.ndarray:
-    op = v.defining_op
-    if op is None or op.name != "cuvil.constant":
-        raise UnsupportedOpError(f"{what} must be a parameter or constant, not a computed tensor")
-    return op.value
+from .torch_ops import _conv, handles, norm_dim, pair, reduce_axes
 
 
 @handles("conv_transpose2d", "conv_transpose1d")
 def _conv_transpose(low, a):
     """As a stride-1 conv over the input with zeros inserted between pixels, padded by
-    dilation*(k-1) - padding, with the kernel flipped and its in/out channels swapped."""
+    dilation*(k-1) - padding (cropped where that is negative), with the kernel flipped
+    and its in/out channels swapped (at capture for a constant weight, else in the IR)."""
     x, w, b = a["input"], a["weight"], a["bias"]
     one_d = w.type.rank == 3
+    unbatched = x.type.rank == w.type.rank - 1
+    if unbatched:
+        x = low.reshape(x, [1, *x.shape])
     if one_d:
         x = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
-    wa = _constant_array(w, "the weight of a transposed convolution")
-    if one_d:
-        wa = wa[:, :, None, :]
+        w = low.reshape(w, [w.shape[0], w.shape[1], 1, w.shape[2]])
     g = int(a["groups"])
     (sh, sw) = [1, *pair(a["stride"], 1)] if one_d else pair(a["stride"])
     (ph, pw) = [0, *pair(a["padding"], 1)] if one_d else pair(a["padding"])
     (oph, opw) = [0, *pair(a["output_padding"], 1)] if one_d else pair(a["output_padding"])
     (dh, dw) = [1, *pair(a["dilation"], 1)] if one_d else pair(a["dilation"])
-    cin, ocg, kh, kw = wa.shape
+    cin, ocg, kh, kw = (int(d) for d in w.shape)
     n, c, h, wd = x.shape
     # Insert (stride - 1) zeros between pixels: [N,C,H,1,W,1] -> pad -> [N,C,H*s,W*s] -> crop.
     if sh > 1 or sw > 1:
@@ -46,16 +41,75 @@ def _conv_transpose(low, a):
                    steps=[1, 1, 1, 1])
     lo_h, lo_w = dh * (kh - 1) - ph, dw * (kw - 1) - pw
     hi_h, hi_w = lo_h + oph, lo_w + opw
-    if min(lo_h, lo_w) < 0:
-        raise UnsupportedOpError("transposed convolution with padding larger than dilation*(kernel-1)")
-    # [Cin, OCg, kh, kw] per group -> [OC, Cin/g, kh, kw], flipped spatially.
-    cg = cin // g
-    wt = wa.reshape(g, cg, ocg, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * ocg, cg, kh, kw)[:, :, ::-1, ::-1]
-    wv = low.const(np.ascontiguousarray(wt))
-    y = low.op("cuvil.conv2d", x, wv, stride=[1, 1], dilation=[dh, dw], pads=[lo_h, lo_w, hi_h, hi_w], groups=g)
+    wv = _transposed_weight(low, w, g)
+    y = low.op("cuvil.conv2d", x, wv, stride=[1, 1], dilation=[dh, dw],
+               pads=[max(lo_h, 0), max(lo_w, 0), max(hi_h, 0), max(hi_w, 0)], groups=g)
+    if min(lo_h, lo_w, hi_h, hi_w) < 0:  # padding past dilation*(k-1): crop the output instead
+        oh, ow = (int(d) for d in y.shape[2:])
+        y = low.op("cuvil.slice", y, starts=[0, 0, max(-lo_h, 0), max(-lo_w, 0)],
+                   ends=[int(y.shape[0]), int(y.shape[1]), oh - max(-hi_h, 0), ow - max(-hi_w, 0)], steps=[1] * 4)
     if b is not None:
         y = low.op("cuvil.add", y, low.reshape(b, [1, b.shape[0], 1, 1]))
-    return low.reshape(y, low.meta_type().shape) if one_d else y
+    return low.reshape(y, low.meta_type().shape) if one_d or unbatched else y
+
+
+def _transposed_weight(low, w: Value, g: int) -> Value:
+    """[Cin, OCg, kh, kw] per group -> [OC, Cin/g, kh, kw], flipped spatially."""
+    cin, ocg, kh, kw = (int(d) for d in w.shape)
+    cg = cin // g
+    op = w.defining_op
+    if op is not None and op.name == "cuvil.constant":
+        wt = op.value.reshape(g, cg, ocg, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * ocg, cg, kh, kw)
+        return low.const(np.ascontiguousarray(wt[:, :, ::-1, ::-1]))
+    wt = low.op("cuvil.transpose", low.reshape(w, [g, cg, ocg, kh, kw]), perm=[0, 2, 1, 3, 4])
+    wt = low.reshape(wt, [g * ocg, cg, kh, kw])
+    for axis, k in ((2, kh), (3, kw)):
+        if k > 1:
+            wt = low.op("cuvil.gather", wt, low.const(np.arange(k - 1, -1, -1, dtype=np.int64)), axis=axis)
+    return wt
+
+
+@handles("conv3d")
+def _conv3d(low, a):
+    """conv3d as one conv2d per kernel depth offset over the depth-strided slices of the
+    (depth-padded) input, with the output depths folded into the batch, summed."""
+    x, w, b = a["input"], a["weight"], a["bias"]
+    if x.type.rank == 4:  # unbatched
+        y = _conv3d(low, dict(a, input=low.reshape(x, [1, *x.shape])))
+        return low.reshape(y, list(y.shape[1:]))
+    if not (x.type.is_static and w.type.is_static):
+        raise UnsupportedOpError(f"conv3d over the symbolic shape {list(x.shape)} is not supported")
+    stride, dil = pair(a["stride"], 3), pair(a["dilation"], 3)
+    n, c, depth = (int(d) for d in x.shape[:3])
+    o, _, kd = (int(d) for d in w.shape[:3])
+    padding = a["padding"]
+    if isinstance(padding, str):
+        total = dil[0] * (kd - 1) if padding == "same" else 0
+        pd, hw_pad = (total // 2, total - total // 2), padding
+    else:
+        p3 = pair(padding, 3)
+        pd, hw_pad = (p3[0], p3[0]), p3[1:]
+    if any(pd):
+        x = low.op("cuvil.pad", x, pads=[[0, 0], [0, 0], list(pd), [0, 0], [0, 0]], value=0.0)
+        depth += sum(pd)
+    od = (depth - dil[0] * (kd - 1) - 1) // stride[0] + 1
+    h, wd = (int(d) for d in x.shape[3:])
+    total = None
+    for k in range(kd):
+        start = k * dil[0]
+        xs = low.op("cuvil.slice", x, starts=[0, 0, start, 0, 0], ends=[n, c, start + (od - 1) * stride[0] + 1, h, wd],
+                    steps=[1, 1, stride[0], 1, 1])
+        xs = low.reshape(low.op("cuvil.transpose", xs, perm=[0, 2, 1, 3, 4]), [n * od, c, h, wd])
+        wk = low.op("cuvil.slice", w, starts=[0, 0, k, 0, 0], ends=[*map(int, w.shape[:2]), k + 1, *map(int, w.shape[3:])],
+                    steps=[1] * 5)
+        wk = low.reshape(wk, [o, int(w.shape[1]), *map(int, w.shape[3:])])
+        y = _conv(low, xs, wk, None, stride[1:], hw_pad, dil[1:], a["groups"])
+        total = y if total is None else low.op("cuvil.add", total, y)
+    oh, ow = (int(d) for d in total.shape[2:])
+    y = low.op("cuvil.transpose", low.reshape(total, [n, od, o, oh, ow]), perm=[0, 2, 1, 3, 4])
+    if b is not None:
+        y = low.op("cuvil.add", y, low.reshape(b, [1, o, 1, 1, 1]))
+    return y
 
 
 @handles("group_norm", "native_group_norm")
