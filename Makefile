@@ -90,7 +90,8 @@ wasm-codecs: codec-packages $(STAMP)
 	$(PY) -m cuvil.wasm_codecs
 
 # The runtime-only Python package (runtime-python/, NumPy only): its wheel in dist/,
-# rebuilt (about 2 s, offline: the venv's setuptools) when one of its sources changes.
+# rebuilt (about 2 s, offline: the venv's setuptools) when one of its sources changes,
+# and installed into .venv too (docs/python-api.md runs its example there).
 RUNTIME_WHEEL_VERSION := $(shell sed -n 's/^version = "\([^"]*\)".*/\1/p' runtime-python/pyproject.toml)
 RUNTIME_WHEEL := dist/cuvil_runtime-$(RUNTIME_WHEEL_VERSION)-py3-none-any.whl
 RUNTIME_SOURCES := $(wildcard runtime-python/pyproject.toml runtime-python/README.md runtime-python/cuvil_runtime/*.py)
@@ -101,6 +102,7 @@ runtime-wheel: $(RUNTIME_WHEEL)
 $(RUNTIME_WHEEL): $(RUNTIME_SOURCES) | $(STAMP)
 	$(PIP) wheel --no-deps --no-build-isolation -q ./runtime-python -w dist
 	rm -rf runtime-python/build
+	$(PIP) install -q --no-deps --force-reinstall $@
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
