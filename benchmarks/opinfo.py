@@ -146,6 +146,8 @@ def _model(info, sample):
             raise Excluded(f"input dtype {t.dtype} (not in the IR)")
     if "dropout" in info.name and sample.kwargs.get("training", True) and sample.kwargs.get("p", 0.5):
         raise Excluded("training=True (random)")
+    if sample.kwargs.get("dropout_p"):
+        raise Excluded("dropout_p > 0 (random)")
 
     class Sample(torch.nn.Module):
         def forward(self, *xs):

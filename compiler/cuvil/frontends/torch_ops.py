@@ -497,8 +497,11 @@ handles("log_softmax", "_log_softmax")(_softmax("cuvil.log_softmax"))
 @handles("scaled_dot_product_attention")
 def _sdpa(low, a):
     q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
-    if a.get("enable_gqa") and q.shape[-3] != k.shape[-3]:
-        raise UnsupportedOpError("scaled_dot_product_attention with grouped-query heads is not supported")
+    if a.get("dropout_p"):  # random: ignoring it would silently differ
+        raise UnsupportedOpError(f"scaled_dot_product_attention with dropout_p={a['dropout_p']} is not supported "
+                                 "(use dropout_p=0.0 for inference)")
+    if a.get("enable_gqa") and q.shape[-3] != k.shape[-3]:  # each key/value head serves hq/hk query heads
+        k, v = (_repeat_heads(low, t, int(q.shape[-3]) // int(t.shape[-3])) for t in (k, v))
     d = q.shape[-1]
     scale = a.get("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
@@ -514,3 +517,11 @@ def _sdpa(low, a):
         scores = low.op("cuvil.add", scores, low.cast(mask, q.dtype))
     probs = low.op("cuvil.softmax", scores, axis=scores.type.rank - 1)
     return low.op("cuvil.matmul", probs, v)
+
+
+def _repeat_heads(low, t: Value, r: int) -> Value:
+    """[..., H, S, D] -> [..., H*r, S, D], each head repeated r times in place."""
+    lead, (h, sl, d) = list(t.shape[:-3]), t.shape[-3:]
+    t = low.reshape(t, [*lead, h, 1, sl, d])
+    t = low.op("cuvil.broadcast_to", t, shape=[*lead, h, r, sl, d])
+    return low.reshape(t, [*lead, h * r, sl, d])
