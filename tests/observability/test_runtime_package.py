@@ -90,6 +90,13 @@ class Mlp(nn.Module):
         return torch.softmax(self.fc2(torch.relu(self.fc1(x))), dim=-1)
 
 
+class NonZero(nn.Module):
+    """An output of a data-dependent size: the indices of the elements above 0.5."""
+
+    def forward(self, x):
+        return torch.nonzero(x > 0.5)
+
+
 def _build(tmp: Path, prefix: str, model: nn.Module, example, dynamic=None) -> dict:
     """The shared library and the executable of `model`, linked from the same objects."""
     ir = api._to_ir(model, (example,), dynamic, BOUNDS if dynamic else None)
@@ -121,10 +128,12 @@ def venv_python(tmp_path_factory) -> Path:
 def test_wheel_in_fresh_venv_runs_built_libraries_from_threads(tmp_path, venv_python):
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    models = {"static": (Mlp().eval(), None, [(2, 16)] * 8),
-              "batch": (Mlp().eval(), [("b", 16)], [(b, 16) for b in (1, 3, 8, 5, 2, 7, 4, 6)])}
+    # name -> (module, symbolic dims, input shapes, the output's descriptor: dtype, shape at the bounds)
+    models = {"static": (Mlp().eval(), None, [(2, 16)] * 8, ("float32", [2, 4])),
+              "batch": (Mlp().eval(), [("b", 16)], [(b, 16) for b in (1, 3, 8, 5, 2, 7, 4, 6)], ("float32", [8, 4])),
+              "nonzero": (NonZero(), None, [(2, 16)] * 8, ("int64", [32, 2]))}
     job = {"models": {}, "not_a_model": str(venv_python)}
-    for name, (module, dynamic, shapes) in models.items():
+    for name, (module, dynamic, shapes, _) in models.items():
         art = _build(tmp_path, f"rt_{name}", module, torch.randn(2, 16), dynamic)
         paths = []
         for k, shape in enumerate(shapes):
@@ -148,26 +157,30 @@ def test_wheel_in_fresh_venv_runs_built_libraries_from_threads(tmp_path, venv_py
     assert res["foreign"] == []  # neither the compiler nor torch is reachable from that venv
     assert "no Cuvil model signature" in res["not_a_model"]
 
-    for name, (module, dynamic, shapes) in models.items():
+    sizes = set()
+    for name, (module, dynamic, shapes, (out_dtype, out_shape)) in models.items():
         info = res["models"][name]
         assert info["name"] == f"rt_{name}" and info["thread_errors"] == [] and info["contexts"] == 4
         assert info["inputs"] == [["x", "float32", ["b" if dynamic else 2, 16]]]
-        assert info["outputs"] == [[info["outputs"][0][0], "float32", [8 if dynamic else 2, 4]]]
-        assert info["dims"] == ({"b": [1, 8]} if dynamic else {})
+        assert info["outputs"] == [[info["outputs"][0][0], out_dtype, out_shape]]
+        assert info["dims"] == ({"b": [1, 8]} if dynamic else {"nonzero": [0, 32]} if name == "nonzero" else {})
         for k, shape in enumerate(shapes):
             path = tmp_path / f"in_{name}_{k}.npy"
             exe_out = np.load(tmp_path / f"exe_{name}_{k}.npy")
             with torch.no_grad():
                 ref = module(torch.from_numpy(np.load(path))).numpy()
-            assert exe_out.shape == (shape[0], 4)
+            assert exe_out.shape == ref.shape
             np.testing.assert_allclose(exe_out, ref, rtol=1e-5, atol=1e-6)
+            sizes.add((name, ref.shape))
             for rep in range(3):
                 got = np.load(tmp_path / f"py{rep}_{name}_{k}.npy")
-                assert got.dtype == np.float32 and got.shape == exe_out.shape
+                assert got.dtype == np.dtype(out_dtype) and got.shape == exe_out.shape  # nonzero: cut to the run's size
                 np.testing.assert_allclose(got, exe_out, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(np.load(str(tmp_path / f"pool_{name}_0.npy")),
                                    np.load(str(tmp_path / f"exe_{name}_0.npy")), rtol=1e-6, atol=1e-7)
 
+        if name != "static":  # the runs' outputs differ in size (batch: with the input; nonzero: with the data)
+            assert len({shape for n, shape in sizes if n == name}) > 1
         bad = {label: (kind, msg, inp) for label, kind, msg, inp in info["bad"]}
         for label in ("rank", "dtype", "fixed_dim") + (("bounds",) if dynamic else ()):
             kind, msg, inp = bad[label]
