@@ -36,7 +36,9 @@ def source_of(node) -> tuple[str, str]:
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', trace)
     # The user's frame: the innermost one outside torch itself (an op inside nn.Conv3d is
     # reported at the user's line that called the layer).
-    user = [f for f in frames if not _is_torch_file(f[0])]
+    # Generated code ("<eval_with_key>.5", the graph of a torch.cond or while_loop) is not
+    # the user's either.
+    user = [f for f in frames if not _is_torch_file(f[0]) and not f[0].startswith("<")]
     if not (user or frames):
         return "", ""
     path, line, fn, code = (user or frames)[-1]
