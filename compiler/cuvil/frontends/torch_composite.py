@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir import Value
 from . import (  # noqa: F401  (register their handlers)
-    torch_einsum, torch_math, torch_pool, torch_reduce, torch_resize, torch_scatter, torch_sort)
+    torch_einsum, torch_grid, torch_math, torch_pool, torch_reduce, torch_resize, torch_scatter, torch_sort)
 from .torch_ops import _conv, handles, norm_dim, pair, reduce_axes
 
 
