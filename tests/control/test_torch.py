@@ -226,3 +226,25 @@ def test_weight_quantization_reaches_the_loop_body():
     for prompt, limit in PROMPTS[:3]:
         out, n = compiled(*[_np(t) for t in decoder_inputs(model, prompt, limit)])
         assert out[:int(n)].tolist() == model.generate(prompt, limit)
+
+
+def test_cond_with_a_symbolic_batch_and_a_loop_swapping_its_values():
+    from torch._higher_order_ops.while_loop import while_loop
+
+    class F(torch.nn.Module):
+        def forward(self, x):
+            y = torch.cond(x.sum() > 0, lambda x: x * 3.0, lambda x: x - 1.0, (x,))
+            _, a, b = while_loop(lambda i, a, b: i < 3, lambda i, a, b: (i + 1, b + 0.0, a + 1.0),
+                                 (torch.zeros((), dtype=torch.int64), y, x))
+            return a, b
+
+    model = F().eval()
+    gen = torch.Generator().manual_seed(6)
+    compiled = cuvil.compile(model, (torch.randn(2, 4, generator=gen),), dynamic_shapes=[("batch", None)],
+                             dim_bounds={"batch": (1, 8)})
+    for n, sign in ((2, 1), (5, -1), (8, 1), (1, -1)):
+        x = torch.randn(n, 4, generator=gen).abs() * sign
+        got = compiled(x.numpy())
+        for g, w in zip(got, model(x)):
+            assert g.shape == tuple(w.shape)
+            np.testing.assert_allclose(g, w.numpy(), rtol=0, atol=1e-6)
