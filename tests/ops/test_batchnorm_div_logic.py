@@ -43,3 +43,9 @@ def test_logical_of_numbers():
 def test_softmax_0d_and_float64():
     check_torch(lambda x: torch.softmax(x, 0), torch.tensor(3.0), atol=0, rtol=0)
     check_torch(lambda x: torch.log_softmax(x, -1, dtype=torch.float64), seeded(9, 2, 7), atol=1e-6, rtol=1e-6)
+
+
+def test_creation_like_keeps_float64():
+    x = seeded(10, 2, 3)
+    check_torch(lambda t: torch.zeros_like(t, dtype=torch.float64) + t.new_full((2, 3), 2.5, dtype=torch.float64),
+                x, atol=0, rtol=0)

@@ -237,7 +237,7 @@ def _creation(low, a):
         if not t.is_static:  # a symbolic shape: one value broadcast at run time
             return low.op("cuvil.broadcast_to", low.const(np.full([1] * t.rank, fill, dtype=t.np_dtype)),
                           shape=list(t.shape))
-        return low.const(np.full(t.shape, fill, dtype=t.np_dtype))
+        return low.const(np.full(t.shape, fill, dtype=t.np_dtype), t.dtype)  # float64 stays float64
     t = low.meta_type()
     if not t.is_static:
         return _symbolic_creation(low, a, name, t)
