@@ -1,6 +1,7 @@
 """ATen ops that Hugging Face Transformers models produce under torch.export and that the
-core handlers do not cover: `torch.gather` along any dim and the bitwise/logical
-combinations of attention masks. Registered into the same HANDLERS table as torch_ops."""
+core handlers do not cover: `torch.gather` along any dim (and `take_along_dim`), the
+bitwise/logical combinations of attention masks. Registered into the same HANDLERS
+table as torch_ops."""
 from __future__ import annotations
 
 import numpy as np
@@ -111,3 +112,22 @@ def _index(low, a):
         flat = low.op("cuvil.broadcast_to", flat, shape=list(bshape))
     merged = low.reshape(x, [*x.shape[:d0], symdim.product(dims), *x.shape[d0 + k:]])
     return low.op("cuvil.gather", merged, flat, axis=d0)
+
+
+@handles("take_along_dim")
+def _take_along_dim(low, a):
+    """torch.gather after broadcasting input and indices off `dim` (the flattened input
+    without a dim)."""
+    x, idx, dim = a["self"], a["indices"], a.get("dim")
+    if dim is None:
+        x, idx, dim = low.reshape(x, [x.type.numel]), low.reshape(idx, [idx.type.numel]), 0
+    d = norm_dim(int(dim), x.type.rank)
+    idx = low.cast(idx, "i64")  # negative indices count from the end, as in take_along_dim
+    idx = low.op("cuvil.where", low.op("cuvil.lt", idx, low.const(np.zeros((), np.int64), "i64")),
+                 low.op("cuvil.add", idx, low.const(np.asarray(int(x.shape[d])), "i64")), idx)
+    shape = [max(int(p), int(q)) for p, q in zip(x.shape, idx.shape)]
+    xs, ids = list(shape), list(shape)
+    xs[d], ids[d] = int(x.shape[d]), int(idx.shape[d])
+    x = x if list(x.shape) == xs else low.op("cuvil.broadcast_to", x, shape=xs)
+    idx = idx if list(idx.shape) == ids else low.op("cuvil.broadcast_to", idx, shape=ids)
+    return _gather(low, {"self": x, "index": idx, "dim": d})

@@ -1,4 +1,4 @@
-"""scatter, scatter_add, scatter_reduce, index_add, take_along_dim and repeat_interleave.
+"""scatter, scatter_add, scatter_reduce, index_add and repeat_interleave.
 Registered into the same HANDLERS table as torch_ops.
 
 The scatters are *dense*: with the scattered dim moved last, output position p of a row
@@ -145,26 +145,6 @@ def _index_add(low, a):
     full = low.op("cuvil.broadcast_to", low.reshape(index, view), shape=list(src.shape))
     y = dense_scatter(low, x, d, full, src, "sum", True)
     return low.reshape(y, list(low.meta_type().shape))
-
-
-@handles("take_along_dim")
-def _take_along_dim(low, a):
-    """torch.gather after broadcasting input and indices off `dim` (the flattened input
-    without a dim)."""
-    from .torch_hf import _gather
-    x, idx, dim = a["self"], a["indices"], a.get("dim")
-    if dim is None:
-        x, idx, dim = low.reshape(x, [x.type.numel]), low.reshape(idx, [idx.type.numel]), 0
-    d = norm_dim(int(dim), x.type.rank)
-    idx = low.cast(idx, "i64")  # negative indices count from the end, as in take_along_dim
-    idx = low.op("cuvil.where", low.op("cuvil.lt", idx, low.const(np.zeros((), np.int64), "i64")),
-                 low.op("cuvil.add", idx, low.const(np.asarray(int(x.shape[d])), "i64")), idx)
-    shape = [max(int(p), int(q)) for p, q in zip(x.shape, idx.shape)]
-    xs, ids = list(shape), list(shape)
-    xs[d], ids[d] = int(x.shape[d]), int(idx.shape[d])
-    x = x if list(x.shape) == xs else low.op("cuvil.broadcast_to", x, shape=xs)
-    idx = idx if list(idx.shape) == ids else low.op("cuvil.broadcast_to", idx, shape=ids)
-    return _gather(low, {"self": x, "index": idx, "dim": d})
 
 
 @handles("repeat_interleave")
