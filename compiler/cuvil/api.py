@@ -6,6 +6,7 @@ loaded in-process, so its numbers and speed are the product's.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import tempfile
@@ -166,20 +167,27 @@ def compile(module, example_inputs: Sequence = (), *, quantization: str | Quanti
     return CompiledModel(lib, gen, ir_module, threads)
 
 
-class _TensorDesc(ctypes.Structure):
-    """cuvil_tensor_desc (cuvil_runtime.h)."""
-    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("rank", ctypes.c_int),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("count", ctypes.c_int64), ("nbytes", ctypes.c_uint64)]
+@contextlib.contextmanager
+def _runtime_errors():
+    """cuvil_runtime's exceptions as CuvilError (same message)."""
+    import cuvil_runtime
+    try:
+        yield
+    except cuvil_runtime.CuvilRuntimeError as e:
+        raise CuvilError(str(e)) from None
 
 
 class CompiledModel:
     """A compiled model loaded in-process. Call it with NumPy arrays; returns a tuple.
 
-    Safe to call from any number of threads: each call takes a context (arena) of its
-    own from a pool (one is created when all are in use), sets its shapes, runs and
-    gives it back, so concurrent calls never share an arena or a shape."""
+    Built on the runtime-only package `cuvil_runtime` (runtime-python/), which owns the
+    contexts, shapes and runs; this class adds the compiler's view (TensorTypes, the IR,
+    the profile). Safe to call from any number of threads: each call takes a context
+    (arena) of its own from a pool (one is created when all are in use), sets its
+    shapes, runs and gives it back, so concurrent calls never share an arena or a shape."""
 
     def __init__(self, lib, gen, ir_module: Module, threads: int = 1):
+        import cuvil_runtime
         self._lib = lib
         p = gen.prefix
         self.inputs: list[tuple[str, TensorType]] = gen.inputs
@@ -190,87 +198,25 @@ class CompiledModel:
         self.symbols = [name for name, _, _ in gen.symbols]
         self.bounds = {name: (lo, hi) for name, lo, hi in gen.symbols}
         self.produced = _produced(gen)
-        if self.symbols:
-            self._set_input_shape = getattr(lib, f"{p}_set_input_shape")
-            self._set_input_shape.restype = ctypes.c_int
-            self._set_input_shape.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-            self._ctx_tensor = lib.cuvil_ctx_tensor
-            self._ctx_tensor.restype = ctypes.POINTER(_TensorDesc)
-            self._ctx_tensor.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-        self._run = getattr(lib, f"{p}_run")
-        self._run.restype = ctypes.c_int
-        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        self._destroy = getattr(lib, f"{p}_destroy")
-        self._destroy.argtypes = [ctypes.c_void_p]
-        self._set_threads = getattr(lib, f"{p}_set_threads")
-        self._set_threads.restype = ctypes.c_int
-        self._set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
         self._prefix = p
         self._profile_ops = gen.profile_ops
-        self._last_error = lib.cuvil_last_error
-        self._last_error.restype = ctypes.c_char_p
-        self._create = getattr(lib, f"{p}_create")
-        self._create.restype = ctypes.c_int
-        self._pool_lock = threading.Lock()
-        self._free: list[ctypes.c_void_p] = []  # contexts not in use
-        self._all: list[ctypes.c_void_p] = []   # every context created (destroyed with the model)
-        self._ctx_threads: dict[int, int] = {}  # context address -> its thread count
+        with _runtime_errors():
+            self._runtime = cuvil_runtime.load(lib._name, prefix=p, lib=lib)
         self.threads = 1
         self.set_threads(threads)
-
-    def _check(self, status: int, what: str) -> None:
-        if status != 0:
-            raise CuvilError(f"{what} failed: {self._last_error().decode(errors='replace')}")
-
-    def _acquire(self) -> ctypes.c_void_p:
-        """A context for this call alone: a free one, else a new one."""
-        with self._pool_lock:
-            ctx = self._free.pop() if self._free else None
-            threads = self.threads
-        if ctx is None:
-            ctx = ctypes.c_void_p()
-            self._check(self._create(ctypes.byref(ctx)), "create")
-            with self._pool_lock:
-                self._all.append(ctx)
-        if self._ctx_threads.get(ctx.value) != threads:
-            self._check(self._set_threads(ctx, threads), "set_threads")
-            self._ctx_threads[ctx.value] = threads
-        return ctx
-
-    def _release(self, ctx: ctypes.c_void_p) -> None:
-        with self._pool_lock:
-            self._free.append(ctx)
 
     def set_threads(self, threads: int) -> None:
         """Threads for each call (applied to every context as it is next taken)."""
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise CuvilError(f"threads must be a positive integer, got {threads!r}")
-        with self._pool_lock:
-            self.threads = threads
-        self._release(self._acquire())  # a bad count fails here, and a context exists from the start
+        with _runtime_errors():
+            self._runtime.set_threads(threads)
+        self.threads = threads
 
-    def _set_shapes(self, ctx, ins, outs) -> None:
-        """Tell the runtime this run's input shapes (models with symbolic dims), and check
-        that the output buffers hold what the context will write."""
-        for i, a in enumerate(ins):
-            dims = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
-            self._check(self._set_input_shape(ctx, i, dims, a.ndim), "set_input_shape")
-        for i, o in enumerate(outs):
-            desc = self._ctx_tensor(ctx, 1, i)
-            if not desc or desc.contents.nbytes != o.nbytes:  # never write past a buffer
-                raise CuvilError(f"output {self.outputs[i][0]!r}: the runtime's shape for this run differs "
-                                 f"from {list(o.shape)}")
-
-    def _invoke(self, in_ptrs, out_ptrs, ctx=None) -> None:
-        """Run on `ctx`, or on a context taken from the pool for this run (static shapes)."""
-        if ctx is not None:
-            self._check(self._run(ctx, in_ptrs, out_ptrs), "run")
-            return
-        ctx = self._acquire()
-        try:
-            self._check(self._run(ctx, in_ptrs, out_ptrs), "run")
-        finally:
-            self._release(ctx)
+    def _invoke(self, in_ptrs, out_ptrs) -> None:
+        """A run on caller-owned buffers of the model's shapes (static shapes), unchecked."""
+        with _runtime_errors(), self._runtime.pooled() as ctx:
+            ctx.run_pointers(in_ptrs, out_ptrs)
 
     def profile(self, reset: bool = True) -> list[tuple[str, str, str, int]]:
         """(op, source location, result type, cycles) per kernel call since the last reset,
@@ -327,27 +273,9 @@ class CompiledModel:
         return buf if buf.shape == shape else buf.reshape(-1)[:int(np.prod(shape))].reshape(shape).copy()
 
     def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
-        ins, env = self._bind(arrays)
-        outs = self._buffers(env)
-        in_ptrs = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
-        out_ptrs = (ctypes.c_void_p * max(len(outs), 1))(*[o.ctypes.data for o in outs])
-        ctx = self._acquire()
-        try:
-            if self.symbols:
-                self._set_shapes(ctx, ins, outs)
-            self._invoke(in_ptrs, out_ptrs, ctx)
-            if self.produced:
-                outs = [self._cut(o, self._ctx_tensor(ctx, 1, i).contents.shape[:o.ndim])
-                        for i, o in enumerate(outs)]
-        finally:
-            self._release(ctx)
-        return tuple(outs)
-
-    def __del__(self):
-        for ctx in getattr(self, "_all", ()):
-            if ctx.value:
-                self._destroy(ctx)
-        self._all = []
+        ins, _ = self._bind(arrays)
+        with _runtime_errors(), self._runtime.pooled() as ctx:
+            return ctx.run(*ins)
 
 
 class _JitModel(CompiledModel):
@@ -389,9 +317,6 @@ class _JitModel(CompiledModel):
                 self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data, dims)
             else:
                 self._forward(in_ptrs, out_ptrs, self._arena.ctypes.data)
-
-    def __del__(self):
-        pass
 
 
 def _produced(gen) -> list[str]:

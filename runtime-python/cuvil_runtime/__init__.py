@@ -21,9 +21,10 @@ __all__ = ["ABI_VERSION", "Context", "CuvilRuntimeError", "InputError", "Model",
 __version__ = "0.2.0"
 
 
-def load(path: str | os.PathLike, prefix: str | None = None, threads: int = 1) -> Model:
+def load(path: str | os.PathLike, prefix: str | None = None, threads: int = 1, *, lib=None) -> Model:
     """Load the shared library at `path` (built with `cuvil build --kind shared`).
 
     `prefix` is the model's name (its config's `model.name`); by default it is read
-    from the model's ABI signature in the library. `threads`: threads per call."""
-    return Model(path, prefix, threads)
+    from the model's ABI signature in the library. `threads`: threads per call.
+    `lib`: the library already loaded (a ctypes.CDLL; `path` then only names it)."""
+    return Model(path, prefix, threads, lib=lib)

@@ -1,11 +1,12 @@
 """A loaded model (`Model`) and its contexts (`Context`)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
 from dataclasses import dataclass
-from typing import Union
+from typing import Iterator, Union
 
 import numpy as np
 
@@ -53,14 +54,15 @@ class Model:
     context (arena) taken from a pool, so any number of Python threads may call it at
     once; `context()` gives a context of one's own. See `load`."""
 
-    def __init__(self, path: str | os.PathLike, prefix: str | None = None, threads: int = 1):
+    def __init__(self, path: str | os.PathLike, prefix: str | None = None, threads: int = 1, *,
+                 lib: ctypes.CDLL | None = None):
         self.path = os.fspath(path)
-        if not os.path.isfile(self.path):
+        if lib is None and not os.path.isfile(self.path):
             raise CuvilRuntimeError(f"{self.path}: no such file")
         if prefix is None:
             prefix = _prefix_of(self.path)
         try:
-            self._lib = ctypes.CDLL(os.path.abspath(self.path))
+            self._lib = lib if lib is not None else ctypes.CDLL(os.path.abspath(self.path))
             _abi.bind(self._lib, prefix)
         except OSError as e:
             raise CuvilRuntimeError(f"{self.path}: cannot load it as a Cuvil model '{prefix}': {e}") from None
@@ -132,13 +134,19 @@ class Model:
         with self._pool_lock:
             self._free.append(ctx)
 
-    def __call__(self, *arrays, **named) -> tuple[np.ndarray, ...]:
-        """One run: inputs in order or by name; returns the outputs in order."""
+    @contextlib.contextmanager
+    def pooled(self) -> Iterator["Context"]:
+        """A context from the pool, for the caller alone until the block ends."""
         ctx = self._take()
         try:
-            return ctx.run(*arrays, **named)
+            yield ctx
         finally:
             self._give(ctx)
+
+    def __call__(self, *arrays, **named) -> tuple[np.ndarray, ...]:
+        """One run: inputs in order or by name; returns the outputs in order."""
+        with self.pooled() as ctx:
+            return ctx.run(*arrays, **named)
 
     run = __call__
 
@@ -183,7 +191,7 @@ class Model:
                 if not np.can_cast(a.dtype, t.dtype, casting="same_kind"):
                     raise InputError(f"input {t.name!r}: expected dtype {t.dtype}, got {a.dtype}", t.name)
                 a = a.astype(t.dtype)
-            ins.append(np.ascontiguousarray(a))
+            ins.append(a if a.flags.c_contiguous else a.copy(order="C"))  # (ascontiguousarray makes 0-d 1-d)
         return ins, env
 
 
@@ -230,6 +238,12 @@ class Context:
         if m.produced:  # data-dependent sizes: the leading elements of each buffer
             outs = [_cut(o, self._shape(i)) for i, o in enumerate(outs)]
         return tuple(outs)
+
+    def run_pointers(self, inputs, outputs) -> None:
+        """A run on caller-owned memory, unchecked: `inputs` and `outputs` are ctypes
+        arrays of pointers to C-contiguous tensors in manifest order, of the model's
+        shapes (symbolic dims: of the shapes set last)."""
+        self._call("run", inputs, outputs)
 
     def _shape(self, i: int) -> tuple[int, ...]:
         """Output i's shape for this context's current input shapes (or last run)."""
