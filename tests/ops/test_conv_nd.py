@@ -30,3 +30,14 @@ def test_transposed_conv_with_computed_weight():
                 seeded(3, 3, 2, 3, 3), **TOL)
     check_torch(lambda x, w: F.conv_transpose1d(x, w.relu(), groups=3), seeded(4, 2, 3, 6), seeded(5, 3, 1, 4),
                 **TOL)
+
+
+def test_symbolic_spatial_dims_are_a_clean_error():
+    """Symbolic height/width: an UnsupportedOpError naming the op, not a TypeError."""
+    import torch
+    from cuvil.errors import UnsupportedOpError
+    from cuvil.frontends.torch import capture_torch
+    for model in (nn.Conv2d(3, 4, 3), nn.MaxPool2d(2)):
+        with pytest.raises(UnsupportedOpError, match=r"symbolic spatial dims \['h', 'w'\]"):
+            capture_torch(model, [torch.ones(1, 3, 16, 16)], dynamic_shapes=[(None, None, "h", "w")],
+                          dim_bounds={"h": (8, 32), "w": (8, 32)})

@@ -134,10 +134,11 @@ def test_min_max_other_inf_nan(fn):
     check_torch(lambda x, y: fn(x.t(), y) * 2.0, seeded(14, 4, 3), seeded(15, 3, 4), atol=0, rtol=0)
 
 
-def test_min_max_reductions_are_a_clear_error():
-    from cuvil.errors import UnsupportedOpError
-    with pytest.raises(UnsupportedOpError, match=r"unsupported op aten.max.dim: aten.max as a reduction"):
-        capture_torch(Fn(lambda x: torch.max(x, 1)), (seeded(16, 3, 4),))
+def test_min_max_reductions():
+    """torch.max/min along a dim (values and indices) and of a whole tensor."""
+    check_torch(lambda x: torch.max(x, 1), seeded(16, 3, 4), atol=0, rtol=0)
+    check_torch(lambda x: torch.min(x, 0, keepdim=True), seeded(16, 3, 4), atol=0, rtol=0)
+    check_torch(lambda x: torch.max(x) - torch.min(x), seeded(16, 3, 4), atol=0, rtol=0)
 
 
 def test_min_max_other_integer():

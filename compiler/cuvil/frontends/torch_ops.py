@@ -318,6 +318,9 @@ def _conv(low, x, w, b, stride, padding, dilation, groups):
     if x.type.rank == nd + 1:  # unbatched: [C, *S]
         y = _conv(low, low.reshape(x, [1, *x.shape]), w, b, stride, padding, dilation, groups)
         return low.reshape(y, list(y.shape[1:]))
+    if any(not isinstance(d, int) for d in x.shape[2:]):
+        raise UnsupportedOpError(f"conv{nd}d over the symbolic spatial dims {list(x.shape[2:])} is not supported "
+                                 "(a symbolic batch is)")
     if nd == 1:  # conv1d as a conv2d with height 1
         x = low.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
         w = low.reshape(w, [w.shape[0], w.shape[1], 1, w.shape[2]])

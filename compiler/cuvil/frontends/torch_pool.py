@@ -27,6 +27,9 @@ def _ints(v, n):
 
 def batched(low, x: Value, nd: int):
     """(x with a batch dim of 1 where it was unbatched, whether one was added)."""
+    if any(not isinstance(d, int) for d in x.shape[-nd:]):
+        raise UnsupportedOpError(f"{nd}-D pooling over the symbolic spatial dims {list(x.shape[-nd:])} is not "
+                                 "supported (a symbolic batch is)")
     if x.type.rank == nd + 2:
         return x, False
     if x.type.rank == nd + 1:
