@@ -46,3 +46,27 @@ def test_index_add_take_along_dim_repeat_interleave():
 def test_scatter_of_0d():
     check_torch(lambda x, s: torch.scatter(x, 0, torch.tensor(0), s), torch.tensor(1.0), torch.tensor(5.0),
                 atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put(accumulate):
+    idx = torch.tensor([3, 0, 3])
+    check_torch(lambda x, v: torch.index_put(x, (idx,), v, accumulate=accumulate), X, seeded(6, 3, 5),
+                atol=1e-6, rtol=1e-6)
+    if not accumulate:  # x[:, idx] = v: an index after a full slice
+        def put_columns(x, v):
+            y = x.clone()
+            y[:, torch.tensor([4, 1])] = v
+            return y
+        check_torch(put_columns, X, seeded(7, 2), atol=1e-6, rtol=1e-6)
+    mask = torch.tensor([True, False, True, True])
+    check_torch(lambda x, v: torch.index_put(x, (mask,), v, accumulate=accumulate), X, seeded(8, 5),
+                atol=1e-6, rtol=1e-6)
+
+
+def test_masked_assignment_of_a_scalar():
+    def fn(x):
+        y = x.clone()
+        y[y > 0.5] = 0.0
+        return y
+    check_torch(fn, X, atol=0, rtol=0)

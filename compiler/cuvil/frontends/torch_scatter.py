@@ -1,4 +1,4 @@
-"""scatter, scatter_add, scatter_reduce, index_add and repeat_interleave.
+"""scatter, scatter_add, scatter_reduce, index_add, index_put and repeat_interleave.
 Registered into the same HANDLERS table as torch_ops.
 
 The scatters are *dense*: with the scattered dim moved last, output position p of a row
@@ -145,6 +145,48 @@ def _index_add(low, a):
     full = low.op("cuvil.broadcast_to", low.reshape(index, view), shape=list(src.shape))
     y = dense_scatter(low, x, d, full, src, "sum", True)
     return low.reshape(y, list(low.meta_type().shape))
+
+
+@handles("index_put", "index_put_", "_index_put_impl_")
+def _index_put(low, a):
+    """x[..., idx, ...] = values (or += with accumulate) for one integer index tensor
+    after any leading full slices: a dense scatter along that dim (the last write of a
+    repeated index wins)."""
+    x, indices, values = a["self"], list(a["indices"]), a["values"]
+    d = next(i for i, t in enumerate(indices) if t is not None)
+    idx = indices[d]
+    if any(t is not None for t in indices[d + 1:]):
+        raise UnsupportedOpError("index_put with more than one index tensor is not supported")
+    if idx.dtype == "bool":
+        return _masked_put(low, x, d, idx, values, bool(a.get("accumulate")))
+    m = idx.type.numel
+    shape = [*x.shape[:d], *idx.shape, *x.shape[d + 1:]]
+    vals = low.cast(values, x.dtype)
+    if vals.type.rank < len(shape):
+        vals = low.reshape(vals, [1] * (len(shape) - vals.type.rank) + list(vals.shape))
+    if list(vals.shape) != shape:
+        vals = low.op("cuvil.broadcast_to", vals, shape=shape)
+    target = [*x.shape[:d], m, *x.shape[d + 1:]]
+    vals = low.reshape(vals, target)
+    view = [1] * len(target)
+    view[d] = m
+    full = low.op("cuvil.broadcast_to", low.reshape(low.cast(idx, "i64"), view), shape=target)
+    return dense_scatter(low, x, d, full, vals, "sum" if a.get("accumulate") else "replace", True)
+
+
+def _masked_put(low, x: Value, d: int, mask: Value, values: Value, accumulate: bool) -> Value:
+    """x[..., mask, ...] = values where values broadcast over every selected element
+    (their shape is x's trailing dims): a where, or an add of the masked values."""
+    trailing = list(x.shape[d + mask.type.rank:])
+    if values.type.rank > len(trailing):
+        raise UnsupportedOpError("index_put with a boolean mask and one value per selected element is not "
+                                 "supported (their count depends on the data)")
+    m = low.reshape(mask, [1] * d + list(mask.shape) + [1] * len(trailing))
+    vals = low.cast(values, x.dtype)
+    vals = low.reshape(vals, [1] * (x.type.rank - vals.type.rank) + list(vals.shape))
+    if accumulate:
+        return low.op("cuvil.add", x, low.op("cuvil.where", m, vals, low.const(np.zeros(()), x.dtype)))
+    return low.op("cuvil.where", m, vals, x)
 
 
 @handles("repeat_interleave")
