@@ -49,3 +49,9 @@ def test_creation_like_keeps_float64():
     x = seeded(10, 2, 3)
     check_torch(lambda t: torch.zeros_like(t, dtype=torch.float64) + t.new_full((2, 3), 2.5, dtype=torch.float64),
                 x, atol=0, rtol=0)
+
+
+def test_products_with_an_empty_dim():
+    check_torch(lambda a, b: a @ b, torch.ones(3, 0), torch.ones(0, 4), atol=0, rtol=0)
+    check_torch(lambda c, a, b: torch.addmm(c, a, b, beta=2.0), seeded(11, 3, 4), torch.ones(3, 0), torch.ones(0, 4),
+                atol=0, rtol=0)

@@ -278,8 +278,18 @@ def _matmul(low, x: Value, y: Value) -> Value:
     out_shape = list(low.meta_type().shape)
     xs = x if x.type.rank >= 2 else low.reshape(x, [1, x.shape[0]])
     ys = y if y.type.rank >= 2 else low.reshape(y, [y.shape[0], 1])
-    r = low.op("cuvil.matmul", xs, ys)
+    r = _empty_product(low, xs, ys)
+    r = low.op("cuvil.matmul", xs, ys) if r is None else r
     return low.reshape(r, out_shape)
+
+
+def _empty_product(low, x: Value, y: Value):
+    """A product with an empty dim (nothing to sum, or nothing to compute): zeros of its
+    shape, built at capture; None otherwise."""
+    if not (x.type.is_static and y.type.is_static and 0 in (*x.shape, *y.shape)):
+        return None
+    batch = np.broadcast_shapes(tuple(x.shape[:-2]), tuple(y.shape[:-2]))
+    return low.const(np.zeros((*batch, x.shape[-2], y.shape[-1]), x.type.np_dtype))
 
 
 @handles("matmul", "mm", "bmm")
@@ -296,7 +306,8 @@ def _linear(low, a):
 
 @handles("addmm")
 def _addmm(low, a):
-    y = low.op("cuvil.matmul", a["mat1"], a["mat2"])
+    y = _empty_product(low, a["mat1"], a["mat2"])
+    y = low.op("cuvil.matmul", a["mat1"], a["mat2"]) if y is None else y
     beta, alpha = a.get("beta", 1), a.get("alpha", 1)
     if alpha != 1:
         y = low.op("cuvil.mul", y, low.const(float(alpha), y.dtype))
