@@ -1,4 +1,4 @@
-"""F.grid_sample against torch: 4-D and 5-D inputs, bilinear and nearest, zeros, border
+"""F.grid_sample against torch: 4-D and 5-D inputs, bilinear, nearest and bicubic, zeros, border
 and reflection padding, with and without align_corners, grids reaching past the
 edges. In the interpreter and natively."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from torch.nn import functional as F
 from tests.ops.checks import check_torch, seeded
 
 
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align", [False, True])
 def test_grid_sample_2d(mode, padding, align):

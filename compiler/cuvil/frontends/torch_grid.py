@@ -1,10 +1,10 @@
-"""F.grid_sample on 4-D and 5-D inputs, bilinear or nearest, with zeros, border or
-reflection padding.
+"""F.grid_sample on 4-D and 5-D inputs, bilinear or nearest (and bicubic on 4-D), with
+zeros, border or reflection padding.
 Registered into the same HANDLERS table as torch_ops.
 
 The grid's normalised coordinates become pixel coordinates (torch's rule for each
 align_corners); each of the 1 (nearest, rounded half to even) or 4 (bilinear) corners
-(2**dims for bilinear) is a gather of the flattened image by that sample's flat index,
+(2**dims for bilinear, 16 for bicubic) is a gather of the flattened image by that sample's flat index,
 zeroed where the corner lies outside (zeros padding; border and reflection padding move
 the coordinates inside first, as torch does), weighted and summed. Static shapes.
 """
@@ -40,8 +40,11 @@ def _reflect(o: _Ops, x: Value, lo2: int, hi2: int) -> Value:
     return o.where(even, o.add(extra, low_), o.add(o.sub(span, extra), low_))
 
 
-def _pixel(o: _Ops, gi: Value, size: int, padding: str, align: bool) -> Value:
-    pix = o.mul(o.add(gi, 1.0), (size - 1) / 2) if align else o.div(o.sub(o.mul(o.add(gi, 1.0), size), 1.0), 2.0)
+def _unnormalise(o: _Ops, gi: Value, size: int, align: bool) -> Value:
+    return o.mul(o.add(gi, 1.0), (size - 1) / 2) if align else o.div(o.sub(o.mul(o.add(gi, 1.0), size), 1.0), 2.0)
+
+
+def _pad_coordinate(o: _Ops, pix: Value, size: int, padding: str, align: bool) -> Value:
     if padding == "reflection":
         pix = _reflect(o, pix, 0, 2 * (size - 1)) if align else _reflect(o, pix, -1, 2 * size - 1)
     if padding in ("border", "reflection"):
@@ -49,13 +52,26 @@ def _pixel(o: _Ops, gi: Value, size: int, padding: str, align: bool) -> Value:
     return pix
 
 
+def _cubic(o: _Ops, t: Value) -> list[Value]:
+    """The 4 cubic-convolution weights (A = -0.75) of taps -1, 0, 1, 2 at fraction t."""
+    a = -0.75
+
+    def near(x):  # |x| <= 1
+        return o.add(o.mul(o.mul(o.sub(o.mul(x, a + 2), a + 3), x), x), 1.0)
+
+    def far(x):  # 1 < |x| < 2
+        return o.sub(o.mul(o.add(o.mul(o.sub(o.mul(x, a), 5 * a), x), 8 * a), x), 4 * a)
+    u = o.sub(1.0, t)
+    return [far(o.add(t, 1.0)), near(t), near(u), far(o.add(u, 1.0))]
+
+
 @handles("grid_sampler", "grid_sampler_2d", "grid_sampler_3d")
 def _grid_sample(low, a):
     x, grid = a["input"], a["grid"]
     mode, padding = _MODES[int(a["interpolation_mode"])], _PADDING[int(a["padding_mode"])]
     align = bool(a["align_corners"])
-    if mode == "bicubic":
-        raise UnsupportedOpError("grid_sample with mode 'bicubic' is not supported (bilinear and nearest are)")
+    if mode == "bicubic" and x.type.rank != 4:
+        raise UnsupportedOpError("grid_sample with mode 'bicubic' needs a 4-D input, as in torch")
     if not (x.type.is_static and grid.type.is_static):
         raise UnsupportedOpError(f"grid_sample over the symbolic shape {list(x.shape)} is not supported")
     nd = x.type.rank - 2
@@ -69,9 +85,18 @@ def _grid_sample(low, a):
     for d in range(nd):  # the grid lists x (innermost dim) first
         comp = nd - 1 - d
         gi = low.op("cuvil.slice", g, starts=[0] * (nd + 1) + [comp], ends=[n, *out, comp + 1], steps=[1] * (nd + 2))
-        pix.append(_pixel(o, low.reshape(gi, [n, 1, m]), sizes[d], padding, align))
+        raw = _unnormalise(o, low.reshape(gi, [n, 1, m]), sizes[d], align)
+        pix.append(raw if mode == "bicubic" else _pad_coordinate(o, raw, sizes[d], padding, align))
     if mode == "nearest":
         corners = [([round_half_even(o, p) for p in pix], None)]
+    elif mode == "bicubic":  # 4 x 4 taps around floor(pix), each moved inside by the padding on its own
+        lo = [_floor(o, p) for p in pix]
+        weights = [_cubic(o, o.sub(p, f)) for p, f in zip(pix, lo)]
+        corners = []
+        for ky, kx in itertools.product(range(4), repeat=2):
+            cs = [_pad_coordinate(o, o.add(f, float(k - 1)), size, padding, align)
+                  for f, k, size in zip(lo, (ky, kx), sizes)]
+            corners.append((cs, o.mul(weights[0][ky], weights[1][kx])))
     else:
         lo = [_floor(o, p) for p in pix]
         frac = [o.sub(p, f) for p, f in zip(pix, lo)]
