@@ -55,3 +55,13 @@ def test_products_with_an_empty_dim():
     check_torch(lambda a, b: a @ b, torch.ones(3, 0), torch.ones(0, 4), atol=0, rtol=0)
     check_torch(lambda c, a, b: torch.addmm(c, a, b, beta=2.0), seeded(11, 3, 4), torch.ones(3, 0), torch.ones(0, 4),
                 atol=0, rtol=0)
+
+
+def test_zero_d_and_empty_corners():
+    """prelu of a 0-d tensor, gather from a 0-d tensor or by an empty index, cat of
+    empty tensors: the shapes torch gives."""
+    check_torch(lambda x, w: torch.nn.functional.prelu(x, w), torch.tensor(-2.0), torch.tensor([0.25]),
+                atol=0, rtol=0)
+    check_torch(lambda x: torch.gather(x, 0, torch.tensor([0, 0])), torch.tensor(3.0), atol=0, rtol=0)
+    check_torch(lambda x: torch.gather(x, 0, torch.zeros(0, dtype=torch.int64)) + 1, seeded(12, 5), atol=0, rtol=0)
+    check_torch(lambda x: torch.cat([x[:0], x[:0]]), seeded(13, 4), atol=0, rtol=0)

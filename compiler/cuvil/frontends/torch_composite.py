@@ -164,7 +164,8 @@ def _prelu(low, a):
     if w.type.numel > 1 and x.type.rank >= 2:
         w = low.reshape(w, [1, w.shape[0]] + [1] * (x.type.rank - 2))
     zero = low.const(0.0, x.dtype)
-    return low.op("cuvil.where", low.op("cuvil.gt", x, zero), x, low.op("cuvil.mul", x, w))
+    y = low.op("cuvil.where", low.op("cuvil.gt", x, zero), x, low.op("cuvil.mul", x, w))
+    return low.reshape(y, list(low.meta_type().shape))  # a 0-d x with a [1] weight stays 0-d
 
 
 def _softplus(low, x, beta=1.0, threshold=20.0):

@@ -27,6 +27,12 @@ def _gather(low, a):
     cuvil.gather over the flattened x with flat indices index * stride(dim) + offsets of
     the other coordinates (a constant grid)."""
     x, idx = a["self"], a["index"]
+    t = low.meta_type()
+    if t.is_static and t.numel == 0:  # an empty index: an empty result
+        return low.const(np.zeros(t.shape, t.np_dtype))
+    if x.type.rank == 0:  # a 0-d input's only element, once per index
+        y = _gather(low, {"self": low.reshape(x, [1]), "index": low.reshape(idx, [idx.type.numel]), "dim": 0})
+        return low.reshape(y, list(t.shape))
     rank = x.type.rank
     if idx.type.rank != rank:
         raise UnsupportedOpError(f"gather needs an index of the input's rank {rank}, got {idx.type}")

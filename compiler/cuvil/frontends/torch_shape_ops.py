@@ -50,6 +50,9 @@ def _transpose(low, a):
 def _cat(low, a):
     ts = [t for t in a["tensors"] if not (t.type.rank == 1 and t.shape[0] == 0)]
     dtype = low.meta_type().dtype
+    if not ts:  # only empty tensors: an empty result
+        t = low.meta_type()
+        return low.const(np.zeros(t.shape, t.np_dtype))
     ts = [low.cast(t, dtype) for t in ts]
     if len(ts) == 1:
         return ts[0]
