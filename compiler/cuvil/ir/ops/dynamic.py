@@ -10,8 +10,6 @@ The interpreter binds the symbol from the reference's result.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...errors import VerifyError
@@ -22,11 +20,6 @@ from ..types import TensorType
 def produced_symbols(op: Op) -> list[str]:
     """The symbols op's results introduce (empty for every other op)."""
     return [op.attrs["size"]] if isinstance(op, DataDependent) else []
-
-
-def count_bound(t: TensorType, bounds: dict) -> int:
-    """The number of elements of t at the symbols' upper bounds."""
-    return math.prod(t.bound(bounds).shape) if t.rank else 1
 
 
 class DataDependent(Op):
@@ -59,7 +52,6 @@ class NonZero(DataDependent):
         return [np.argwhere(x).astype(np.int64)]
 
 
-
 class Unique(DataDependent):
     """The distinct values of x (flattened), ascending: [size] of x's dtype."""
 
@@ -76,14 +68,17 @@ class Unique(DataDependent):
 
 
 class _UniqueOf(Op):
-    """An op on x and its sorted distinct values (cuvil.unique's result)."""
+    """An op on x and its sorted distinct values (cuvil.unique's result): an i64 result
+    shaped like operand `shaped_as` (0: x, 1: the values)."""
     num_operands = 2
+    shaped_as = 0
 
     @classmethod
-    def check(cls, types):
+    def infer_types(cls, types, attrs):
         x, values = types
         if values.rank != 1 or values.dtype != x.dtype:
             raise VerifyError(f"{cls.name}: the values must be x's distinct values, got {values} for {x}")
+        return [TensorType(types[cls.shaped_as].shape, "i64")]
 
     @staticmethod
     def positions(x, values) -> np.ndarray:
@@ -96,11 +91,6 @@ class UniqueInverse(_UniqueOf):
     name = "cuvil.unique_inverse"
 
     @classmethod
-    def infer_types(cls, types, attrs):
-        cls.check(types)
-        return [TensorType(types[0].shape, "i64")]
-
-    @classmethod
     def reference(cls, args, attrs):
         x, values = args
         return [cls.positions(x, values).reshape(np.shape(x))]
@@ -110,11 +100,7 @@ class UniqueCounts(_UniqueOf):
     """How often each distinct value occurs: [size] i64."""
 
     name = "cuvil.unique_counts"
-
-    @classmethod
-    def infer_types(cls, types, attrs):
-        cls.check(types)
-        return [TensorType(types[1].shape, "i64")]
+    shaped_as = 1
 
     @classmethod
     def reference(cls, args, attrs):

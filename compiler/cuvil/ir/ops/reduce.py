@@ -9,6 +9,13 @@ from ..core import Op
 from ..types import TensorType
 
 
+def reduced_shape(shape, axes, keepdims: bool) -> tuple:
+    """`shape` with `axes` kept as 1 or dropped."""
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
 class Reduce(Op):
     num_operands = 1
     np_fn = None
@@ -19,11 +26,7 @@ class Reduce(Op):
         axes = attrs["axes"]
         if list(axes) != sorted(set(axes)) or any(not 0 <= a < x.rank for a in axes):
             raise VerifyError(f"{cls.name}: axes {axes} must be sorted, unique and in range for {x}")
-        if attrs["keepdims"]:
-            shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-        else:
-            shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
-        return [TensorType(shape, x.dtype)]
+        return [TensorType(reduced_shape(x.shape, axes, attrs["keepdims"]), x.dtype)]
 
     @classmethod
     def reference(cls, args, attrs):
@@ -103,11 +106,7 @@ class ArgReduce(Op):
             raise VerifyError(f"{cls.name}: axis {axis} out of range for {x}")
         if x.rank and x.shape[axis] == 0:
             raise VerifyError(f"{cls.name}: the axis of {x} is empty")
-        if x.rank == 0:
-            return [TensorType((), "i64")]
-        shape = tuple(1 if i == axis else d for i, d in enumerate(x.shape)) if attrs["keepdims"] else \
-            tuple(d for i, d in enumerate(x.shape) if i != axis)
-        return [TensorType(shape, "i64")]
+        return [TensorType(reduced_shape(x.shape, [axis], attrs["keepdims"]), "i64")]
 
     @classmethod
     def reference(cls, args, attrs):
