@@ -14,7 +14,7 @@ import cuvil
 import cuvil.ir as cir
 from cuvil.frontends.torch import capture_torch
 from tests.ops.checks import Fn, seeded
-from tests.targets.helpers import ALL, run
+from tests.targets.helpers import ALL, build_project, run
 
 
 def check_cases(fn, cases):
@@ -116,14 +116,7 @@ outputs:
 
 @pytest.mark.parametrize("target", ALL)
 def test_nonzero_executable_writes_the_produced_size(target, tmp_path):
-    from cuvil.build import build
-    from cuvil.config import load_config
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "model.py").write_text(NZ_PY)
-    (tmp_path / "p" / "config.yaml").write_text(NZ_YAML)
-    cfg = load_config(tmp_path / "p" / "config.yaml", target=None if target == "host" else target)
-    exe = build(cfg, tmp_path / ("pick.wasm" if target == "wasm32-wasi" else "pick"), cache_dir=tmp_path / "c",
-                log=lambda s: None)
+    exe = build_project(tmp_path, NZ_PY, NZ_YAML, target, "pick")
     rng = np.random.default_rng(0)
     for k, shift in enumerate((0.0, -5.0, 5.0)):
         x = (rng.standard_normal((4, 5)) + shift).astype(np.float32)
@@ -192,14 +185,7 @@ outputs:
 
 @pytest.mark.parametrize("target", ALL)
 def test_cond_and_unique_executable(target, tmp_path):
-    from cuvil.build import build
-    from cuvil.config import load_config
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "model.py").write_text(BRANCH_UNIQUE_PY)
-    (tmp_path / "p" / "config.yaml").write_text(BRANCH_UNIQUE_YAML)
-    cfg = load_config(tmp_path / "p" / "config.yaml", target=None if target == "host" else target)
-    exe = build(cfg, tmp_path / ("bu.wasm" if target == "wasm32-wasi" else "bu"), cache_dir=tmp_path / "c",
-                log=lambda s: None)
+    exe = build_project(tmp_path, BRANCH_UNIQUE_PY, BRANCH_UNIQUE_YAML, target, "bu")
     rng = np.random.default_rng(5)
     for k, shift in enumerate((1.0, -1.0, 0.2, 6.0)):
         x = (rng.standard_normal((6, 5)) + shift).astype(np.float32)

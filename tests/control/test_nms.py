@@ -21,7 +21,7 @@ from cuvil.errors import ParseError, VerifyError
 from cuvil.frontends.onnx import capture_onnx
 from cuvil.frontends.torch import capture_torch
 from tests.ops.checks import Fn
-from tests.targets.helpers import ALL, run
+from tests.targets.helpers import ALL, build_project, run
 
 
 # -- the NumPy references ---------------------------------------------------------------------
@@ -235,14 +235,7 @@ outputs:
 
 @pytest.mark.parametrize("target", ALL)
 def test_batched_nms_executable_writes_the_produced_size(target, tmp_path):
-    from cuvil.build import build
-    from cuvil.config import load_config
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "model.py").write_text(NMS_PY)
-    (tmp_path / "p" / "config.yaml").write_text(NMS_YAML)
-    cfg = load_config(tmp_path / "p" / "config.yaml", target=None if target == "host" else target)
-    exe = build(cfg, tmp_path / ("detect.wasm" if target == "wasm32-wasi" else "detect"), cache_dir=tmp_path / "c",
-                log=lambda s: None)
+    exe = build_project(tmp_path, NMS_PY, NMS_YAML, target, "detect")
     sizes = []
     for k, (boxes, scores, classes) in enumerate(x for x in CASES if len(x[1]) == 24):
         names = []

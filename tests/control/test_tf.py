@@ -24,7 +24,7 @@ import cuvil  # noqa: E402
 import cuvil.ir as cir  # noqa: E402
 from cuvil.errors import UnsupportedOpError  # noqa: E402
 from cuvil.frontends.tf import capture_tf  # noqa: E402
-from tests.targets.helpers import ALL, run  # noqa: E402
+from tests.targets.helpers import ALL, ROOT, build_project, run  # noqa: E402
 
 ATOL, RTOL = 1e-5, 1e-5
 
@@ -234,16 +234,8 @@ outputs:
 
 @pytest.mark.parametrize("target", ALL)
 def test_halving_executable(target, halving_model, tmp_path, monkeypatch):
-    from cuvil.build import build
-    from cuvil.config import load_config
-    from tests.targets.helpers import ROOT
     monkeypatch.syspath_prepend(str(ROOT))
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "model.py").write_text(HALVING_PY)
-    (tmp_path / "p" / "config.yaml").write_text(HALVING_YAML)
-    cfg = load_config(tmp_path / "p" / "config.yaml", target=None if target == "host" else target)
-    exe = build(cfg, tmp_path / ("halving.wasm" if target == "wasm32-wasi" else "halving"),
-                cache_dir=tmp_path / "cache", log=lambda s: None)
+    exe = build_project(tmp_path, HALVING_PY, HALVING_YAML, target, "halving")
     model = halving_model[0]
     for k, x in enumerate(halving_inputs()[:5]):
         np.save(tmp_path / f"x{k}.npy", x)

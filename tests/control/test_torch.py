@@ -18,7 +18,7 @@ import cuvil
 import cuvil.ir as cir
 from cuvil.frontends.torch import capture_torch
 from tests.control.models import Branchy, Halving, decoder, decoder_inputs
-from tests.targets.helpers import ALL, run
+from tests.targets.helpers import ALL, ROOT, build_project, run
 
 ATOL = 2e-6
 
@@ -165,16 +165,8 @@ outputs:
 
 @pytest.mark.parametrize("target", ALL)
 def test_decoder_executable(target, tmp_path, monkeypatch):
-    from cuvil.build import build
-    from cuvil.config import load_config
-    from tests.targets.helpers import ROOT
     monkeypatch.syspath_prepend(str(ROOT))
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "model.py").write_text(DECODER_PY)
-    (tmp_path / "p" / "config.yaml").write_text(DECODER_YAML)
-    cfg = load_config(tmp_path / "p" / "config.yaml", target=None if target == "host" else target)
-    exe = build(cfg, tmp_path / ("decoder.wasm" if target == "wasm32-wasi" else "decoder"),
-                cache_dir=tmp_path / "cache", log=lambda s: None)
+    exe = build_project(tmp_path, DECODER_PY, DECODER_YAML, target, "decoder")
     model = decoder(0)
     for k, (prompt, limit) in enumerate(PROMPTS[:4]):
         args = []

@@ -75,6 +75,20 @@ def tiny_project(path: Path, extra: str = "") -> Path:
     return path / "config.yaml"
 
 
+def build_project(tmp: Path, model_py: str, config_yaml: str, target: str, name: str) -> Path:
+    """Write model.py and config.yaml under tmp/p and `cuvil build` them for `target`
+    ("host" or a cross target) with a cache of their own; the executable's path."""
+    from cuvil.build import build
+    from cuvil.config import load_config
+    project = tmp / "p"
+    project.mkdir(parents=True, exist_ok=True)
+    (project / "model.py").write_text(model_py)
+    (project / "config.yaml").write_text(config_yaml)
+    cfg = load_config(project / "config.yaml", target=None if target == "host" else target)
+    return build(cfg, tmp / (f"{name}.wasm" if target == "wasm32-wasi" else name), cache_dir=tmp / "cache",
+                 log=lambda s: None)
+
+
 def run(exe: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(run_command(exe) + [str(a) for a in args], capture_output=True, text=True, timeout=300)
     if check:
