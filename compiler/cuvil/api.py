@@ -197,11 +197,11 @@ class CompiledModel:
         self.ir = ir_module
         self.symbols = [name for name, _, _ in gen.symbols]
         self.bounds = {name: (lo, hi) for name, lo, hi in gen.symbols}
-        self.produced = _produced(gen)
         self._prefix = p
         self._profile_ops = gen.profile_ops
         with _runtime_errors():
             self._runtime = cuvil_runtime.load(lib._name, prefix=p, lib=lib)
+        self.produced = self._runtime.produced  # sizes the run produces (ir/ops/dynamic.py)
         self.threads = 1
         self.set_threads(threads)
 
@@ -261,17 +261,6 @@ class CompiledModel:
             ins.append(a if a.flags.c_contiguous else a.copy(order="C"))  # 0-d stays 0-d
         return ins, env
 
-    def _buffers(self, env) -> list[np.ndarray]:
-        """Output buffers for this call: data-dependent sizes at their upper bounds."""
-        env = {**env, **{s: self.bounds[s][1] for s in self.produced}}
-        return [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
-
-    @staticmethod
-    def _cut(buf: np.ndarray, shape) -> np.ndarray:
-        """The run's result at its produced size: the leading elements of the buffer."""
-        shape = tuple(int(d) for d in shape)
-        return buf if buf.shape == shape else buf.reshape(-1)[:int(np.prod(shape))].reshape(shape).copy()
-
     def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
         ins, _ = self._bind(arrays)
         with _runtime_errors(), self._runtime.pooled() as ctx:
@@ -296,6 +285,17 @@ class _JitModel(CompiledModel):
 
     def set_threads(self, threads: int) -> None:
         raise CuvilError("the JIT path runs single-threaded")
+
+    def _buffers(self, env) -> list[np.ndarray]:
+        """Output buffers for this call: data-dependent sizes at their upper bounds."""
+        env = {**env, **{s: self.bounds[s][1] for s in self.produced}}
+        return [np.empty(t.at(env).shape, t.np_dtype) for _, t in self.outputs]
+
+    @staticmethod
+    def _cut(buf: np.ndarray, shape) -> np.ndarray:
+        """The run's result at its produced size: the leading elements of the buffer."""
+        shape = tuple(int(d) for d in shape)
+        return buf if buf.shape == shape else buf.reshape(-1)[:int(np.prod(shape))].reshape(shape).copy()
 
     def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
         """One call at a time (the JIT'd code has one arena): concurrent calls wait."""
