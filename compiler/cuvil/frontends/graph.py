@@ -303,6 +303,19 @@ def symbolic_slice(low, v: Value, dim: int, start, end, step, what: str) -> Valu
     return _slice_op(low, v, dim, start, end, 1)
 
 
+def produced_dim(low, kind: str, bound: int, taken=()) -> str:
+    """A fresh produced dim `kind`, `kind1`, ... (bounds [0, bound] in the function's
+    dim_bounds) for a data-dependent size (ir/ops/dynamic.py); `taken`: other names in use."""
+    bounds = low.fn.attrs.setdefault("dim_bounds", {})
+    taken = set(bounds) | set(taken)
+    name, n = kind, 0
+    while name in taken:
+        n += 1
+        name = f"{kind}{n}"
+    bounds[name] = [0, int(bound)]
+    return name
+
+
 def write_row(low, buf: Value, row: Value, i: Value) -> Value:
     """buf with row i (a 0-d i64 value) replaced by `row`: how a loop body writes one
     step's slice of a scan output it carries (a `where` over the rows)."""

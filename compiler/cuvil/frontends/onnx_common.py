@@ -58,14 +58,3 @@ def norm_axis(d: int, rank: int) -> int:
     if not -rank <= d < max(rank, 1):
         raise UnsupportedOpError(f"axis {d} is out of range for rank {rank}")
     return d + rank if d < 0 else d
-
-
-def produced_dim(low, kind: str, bound: int) -> str:
-    """A fresh produced dim (bounds [0, bound]) for a data-dependent size (ir/ops/dynamic.py)."""
-    bounds = low.fn.attrs.setdefault("dim_bounds", {})
-    name, n = kind, 0
-    while name in bounds:
-        n += 1
-        name = f"{kind}{n}"
-    bounds[name] = [0, int(bound)]
-    return name

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from .onnx_common import handles, operand, produced_dim, scalar
+from .graph import produced_dim
+from .onnx_common import handles, operand, scalar
 
 
 def _corners(low, boxes, center: bool):

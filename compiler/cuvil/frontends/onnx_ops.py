@@ -15,8 +15,8 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir import Value
 from ..ir.types import FLOAT_DTYPES
-from .graph import const_array, lower_einsum, same_pads
-from .onnx_common import cuvil_dtype, handles, int_list, norm_axis, operand, produced_dim, scalar
+from .graph import const_array, lower_einsum, produced_dim, same_pads
+from .onnx_common import cuvil_dtype, handles, int_list, norm_axis, operand, scalar
 
 
 def _fconst(low, value: float, like: Value) -> Value:

@@ -23,6 +23,24 @@ def _constant(v) -> bool:
     return isinstance(v, Value) and v.defining_op is not None and v.defining_op.name == "cuvil.constant"
 
 
+def lower_graph(low, sub, gm, name: str) -> list[Value]:
+    """Lower the nodes of GraphModule gm in `sub` (its placeholders already bound); the
+    tensors it returns. `low` takes over the constant count."""
+    outs = None
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            sub.lower_node(node)
+        elif node.op == "get_attr":
+            sub.env[node] = getattr(gm, node.target)
+        elif node.op == "output":
+            outs = sub.value(node.args[0])
+    low._n = sub._n
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if not all(isinstance(v, Value) for v in outs):
+        raise FrontendError(f"the {name} graph returns something other than tensors")
+    return outs
+
+
 def lower_region(low, gm, name: str, inputs: list, sink: list[bool]) -> Function:
     """The GraphModule gm as a region; `inputs` are the outer values for its placeholders,
     and those marked in `sink` that are constants are re-created inside it instead."""
@@ -46,18 +64,7 @@ def lower_region(low, gm, name: str, inputs: list, sink: list[bool]) -> Function
             sub.env[p] = sub.b.constant(v.defining_op.value, v.defining_op.attrs["name"])
         else:
             sub.env[p] = next(args)
-    outs = None
-    for node in gm.graph.nodes:
-        if node.op == "call_function":
-            sub.lower_node(node)
-        elif node.op == "get_attr":
-            sub.env[node] = getattr(gm, node.target)
-        elif node.op == "output":
-            outs = sub.value(node.args[0])
-    low._n = sub._n
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    if not all(isinstance(v, Value) for v in outs):
-        raise FrontendError(f"the {name} graph returns something other than tensors")
+    outs = lower_graph(low, sub, gm, name)
     fn.output_names = [f"{name}{i}" for i in range(len(outs))]
     sub.b.loc = ""
     sub.b.op_multi("cuvil.return", *outs)
@@ -128,15 +135,7 @@ def _scan(low, a):
                for v in extra]]
     for p, v in zip(placeholders, bound):
         body.env[p] = v
-    outs = None
-    for node in gm.graph.nodes:
-        if node.op == "call_function":
-            body.lower_node(node)
-        elif node.op == "get_attr":
-            body.env[node] = getattr(gm, node.target)
-        elif node.op == "output":
-            outs = list(body.value(node.args[0]))
-    low._n = body._n
+    outs = lower_graph(low, body, gm, "scan")
     nxt = [body.op("cuvil.add", step, body.const(np.int64(1))), *outs[:n_c],
            *[write_row(body, b, y, step) for b, y in zip(buf_in, outs[n_c:])]]
     body.b.loc = ""

@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import UnsupportedOpError
 from ..ir import Value
 from ..ir.types import broadcast_shapes
+from .graph import produced_dim as fresh_produced_dim
 from .torch_ops import handles
 
 
@@ -30,13 +31,7 @@ def produced_dim(low, kind: str, bound: int) -> str:
                 unbacked = text
     if unbacked in low.symbols:
         return low.symbols[unbacked]
-    bounds = low.fn.attrs.setdefault("dim_bounds", {})
-    taken = set(bounds) | set(low.symbols.values())
-    name, n = kind, 0
-    while name in taken:
-        n += 1
-        name = f"{kind}{n}"
-    bounds[name] = [0, int(bound)]
+    name = fresh_produced_dim(low, kind, bound, low.symbols.values())
     if unbacked is not None:
         low.symbols[unbacked] = name
     return name
