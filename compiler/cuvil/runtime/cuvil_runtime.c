@@ -24,6 +24,7 @@ struct cuvil_ctx {
     int64_t values[CUVIL_MAX_DIMS];
     int64_t *given;            /* inputs' dims as set, flattened like input_dim_symbols */
     int64_t *shapes;           /* every tensor's current dims, flattened */
+    uint32_t produced;         /* bit s: dim s is produced by the run (no input gives it) */
     cuvil_tensor_desc *current;
 };
 
@@ -180,13 +181,14 @@ static void update_current(cuvil_ctx *ctx) {
     }
 }
 
-/* A dim no input's shape gives is produced by the run (a data-dependent size, such as
- * nonzero's count): the generated code stores its value into the run's symbol values. */
-static int is_produced(const cuvil_model_desc *m, int s) {
+/* The dims no input's shape gives (bit s for dim s): the run produces them (data-
+ * dependent sizes, such as nonzero's count), storing their values into its symbol values. */
+static uint32_t produced_dims(const cuvil_model_desc *m) {
+    uint32_t mask = (1u << m->n_dims) - 1u; /* n_dims <= CUVIL_MAX_DIMS (16), checked */
     int i, n = total_rank(m->inputs, m->n_inputs);
     for (i = 0; i < n; i++)
-        if (m->input_dim_symbols[i] == s) return 0;
-    return 1;
+        if (m->input_dim_symbols[i] >= 0) mask &= ~(1u << m->input_dim_symbols[i]);
+    return mask;
 }
 
 /* Produced dims back at their upper bounds: the output descriptors then size buffers
@@ -194,7 +196,7 @@ static int is_produced(const cuvil_model_desc *m, int s) {
 static void reset_produced(cuvil_ctx *ctx) {
     int s;
     for (s = 0; s < ctx->model->n_dims; s++)
-        if (is_produced(ctx->model, s)) ctx->values[s] = ctx->model->dims[s].max;
+        if (ctx->produced & (1u << s)) ctx->values[s] = ctx->model->dims[s].max;
 }
 
 static cuvil_status init_dims(cuvil_ctx *ctx) {
@@ -207,6 +209,7 @@ static cuvil_status init_dims(cuvil_ctx *ctx) {
     if (ctx->given == NULL || ctx->shapes == NULL || ctx->current == NULL)
         return cuvil_fail(CUVIL_ERR_OUT_OF_MEMORY, "model %s: cannot allocate the shape tables", m->prefix);
     for (i = 0; i < m->n_dims; i++) ctx->values[i] = m->dims[i].max;
+    ctx->produced = produced_dims(m);
     for (i = 0; i < m->n_inputs; i++) ctx->current[i] = m->inputs[i];
     for (i = 0; i < m->n_outputs; i++) ctx->current[m->n_inputs + i] = m->outputs[i];
     update_current(ctx);
@@ -384,9 +387,9 @@ cuvil_status cuvil_ctx_run(cuvil_ctx *ctx, const void *const *inputs, void *cons
                           "thread", ctx->model->prefix);
     saved = cuvil_get_num_threads();
     cuvil_set_num_threads(ctx->threads);
-    if (ctx->model->n_dims > 0) reset_produced(ctx);
+    if (ctx->produced) reset_produced(ctx);
     call_forward(ctx->model, inputs, outputs, ctx->arena, ctx->values);
-    if (ctx->model->n_dims > 0) update_current(ctx); /* the sizes the run produced, if any */
+    if (ctx->produced) update_current(ctx); /* the sizes the run produced */
     cuvil_set_num_threads(saved);
     __atomic_store_n(&ctx->running, 0, __ATOMIC_RELEASE);
     return CUVIL_OK;
