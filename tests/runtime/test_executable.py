@@ -210,8 +210,10 @@ def _bad_inputs():
     ]
 
 
-@pytest.mark.parametrize("name,data,phrase", _bad_inputs(), ids=[c[0] for c in _bad_inputs()])
-def test_bad_input_exit_1_one_line_no_output(cnn, tmp_path, name, data, phrase):
+def check_bad_input(run_exe, prog: str, tmp_path, name, data, phrase) -> None:
+    """The bad input `data` (bytes, "DIR", or None: missing) under `name`: `run_exe(src,
+    out)` exits 1 with one line naming input x and `phrase`, for a new .json, a new .npy
+    and an existing output, and leaves the output directory as it was."""
     src = tmp_path / "in" / name
     src.parent.mkdir()
     if data == "DIR":
@@ -222,12 +224,18 @@ def test_bad_input_exit_1_one_line_no_output(cnn, tmp_path, name, data, phrase):
     out_dir.mkdir()
     (out_dir / "kept.json").write_text("previous result")
     for out in (out_dir / "new.json", out_dir / "new.npy", out_dir / "kept.json"):
-        proc = run_c(cnn.artifact("exe"), "--input", src, "--output", out)
+        proc = run_exe(src, out)
         assert proc.returncode == 1, (proc.returncode, proc.stderr)
-        line = _one_line(proc, "tiny_cnn")
-        assert line.startswith(f"tiny_cnn: input 'x' ({src}): ") and phrase in line, line
+        line = _one_line(proc, prog)
+        assert line.startswith(f"{prog}: input 'x' ({src}): ") and phrase in line, line
     assert sorted(p.name for p in out_dir.iterdir()) == ["kept.json"]
     assert (out_dir / "kept.json").read_text() == "previous result"
+
+
+@pytest.mark.parametrize("name,data,phrase", _bad_inputs(), ids=[c[0] for c in _bad_inputs()])
+def test_bad_input_exit_1_one_line_no_output(cnn, tmp_path, name, data, phrase):
+    check_bad_input(lambda src, out: run_c(cnn.artifact("exe"), "--input", src, "--output", out), "tiny_cnn",
+                    tmp_path, name, data, phrase)
 
 
 def test_output_errors(cnn, tmp_path):

@@ -14,7 +14,7 @@ from PIL import Image
 
 from cuvil.build import build
 from cuvil.config import ConfigError, load_config
-from tests.runtime.test_executable import _bad_inputs
+from tests.runtime.test_executable import _bad_inputs, check_bad_input
 from tests.runtime.test_images import MEAN, STD, _image, reference
 
 from .helpers import CROSS, REL_TOL, ROOT, available, run, tiny_project
@@ -138,23 +138,8 @@ def tiny_image_exes(tmp_path_factory):
 @pytest.mark.parametrize("target", CROSS)
 @pytest.mark.parametrize("name,data,phrase", _bad_inputs(), ids=[c[0] for c in _bad_inputs()])
 def test_bad_input_exit_1_one_line_no_output(tiny_image_exes, tmp_path, target, name, data, phrase):
-    src = tmp_path / "in" / name
-    src.parent.mkdir()
-    if data == "DIR":
-        src.mkdir()
-    elif data is not None:
-        src.write_bytes(data)
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
-    (out_dir / "kept.json").write_text("previous result")
-    for out in (out_dir / "new.json", out_dir / "new.npy", out_dir / "kept.json"):
-        proc = run(tiny_image_exes[target], "--input", src, "--output", out, check=False)
-        assert proc.returncode == 1, (proc.returncode, proc.stderr)
-        lines = proc.stderr.splitlines()
-        assert len(lines) == 1 and proc.stdout == "", proc.stderr
-        assert lines[0].startswith(f"tiny: input 'x' ({src}): ") and phrase in lines[0], lines[0]
-    assert sorted(p.name for p in out_dir.iterdir()) == ["kept.json"]
-    assert (out_dir / "kept.json").read_text() == "previous result"
+    check_bad_input(lambda src, out: run(tiny_image_exes[target], "--input", src, "--output", out, check=False),
+                    "tiny", tmp_path, name, data, phrase)
 
 
 # -- missing codecs: a config error at the image input -------------------------------------------
